@@ -1,0 +1,32 @@
+# The README's two commands: `make demo` and `make test`. Each creates .venv when missing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP_DEMO := $(VENV)/.installed-demo
+STAMP_TEST := $(VENV)/.installed-test
+
+.PHONY: demo test install-demo install-test clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP_DEMO): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[demo]'
+	touch $@
+
+$(STAMP_TEST): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[test,demo]'
+	touch $@
+
+install-demo: $(STAMP_DEMO)
+install-test: $(STAMP_TEST)
+
+demo: $(STAMP_DEMO)
+	$(BIN)/orchestrator --config bernstein.yaml demo
+
+test: $(STAMP_TEST)
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache

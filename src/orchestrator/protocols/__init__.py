@@ -1,0 +1,1 @@
+"""Protocol integrations; MCP lives in `orchestrator.protocols.mcp`."""

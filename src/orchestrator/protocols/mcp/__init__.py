@@ -1,0 +1,1 @@
+"""MCP parts: the manager (connections), normalization (names), tool search (catalog, ranking, plan)."""
