@@ -1,0 +1,261 @@
+"""Provider-safe, unique, stable tool names; exact duplicates collapsed; untrusted text made one line.
+
+Model APIs accept tool names matching `^[A-Za-z0-9_-]{1,64}$`; MCP servers use dots, spaces, unicode,
+long names and each other's names. Every tool gets `server__tool` when that is lossless, and otherwise a
+sanitised, truncated name that ends in a hash of the exact original (server, tool). The scheme, and why
+it cannot collide, is in docs/naming.md. Pure: no I/O, no clock, no randomness.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "NAME_PATTERN",
+    "NormalizedTool",
+    "normalize",
+    "one_line",
+    "qualified_name",
+    "reverse_map",
+]
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+"""What Anthropic and OpenAI accept as a tool name. Check with `fullmatch`: `$` also matches before a
+final newline."""
+
+MAX_NAME_LENGTH = 64
+# The provider limit above.
+SEPARATOR = "__"
+# Between server and tool. A lossless server part never contains it nor ends in "_", so the first "__"
+# of a lossless name is always the split point and `server__tool` decodes uniquely.
+HASH_LENGTH = 12
+# Hex digits of sha256 kept: 48 bits. Two different tools only collide if their sanitised prefixes are
+# also equal; even 10,000 tools sharing one prefix collide with probability ~2e-7.
+HASH_MARK = "-"
+# Joins the readable part and the hash. Lossless names never end in MARK + 12 hex (such a tool is
+# hashed instead), so a lossless name can never equal a hashed one.
+SERVER_KEEP = 20
+# When server and tool together are too long, the server part keeps at least this many characters so a
+# human still sees where the tool lives; the tool part gets the rest.
+SUMMARY_LIMIT = 160
+# Default cap of `one_line`: about two dozen words, enough to tell tools apart in a directory line.
+ELLIPSIS = "…"
+
+_PART = re.compile(r"[A-Za-z0-9_-]+")
+_INVALID_RUN = re.compile(r"[^A-Za-z0-9_-]+")
+_UNDERSCORE_RUN = re.compile(r"_{2,}")
+_HASHED_TAIL = re.compile(rf"{re.escape(HASH_MARK)}[0-9a-f]{{{HASH_LENGTH}}}\Z")
+_READABLE_BUDGET = MAX_NAME_LENGTH - len(SEPARATOR) - len(HASH_MARK) - HASH_LENGTH
+# 49 characters of server + tool in a hashed name.
+_WORD_BREAK_MIN = 0.5
+# `one_line` cuts at the last space only if that keeps at least half the limit; otherwise mid-word.
+
+
+@dataclass(frozen=True)
+class NormalizedTool:
+    """One catalog entry: a tool, or one tool offered identically by several servers."""
+
+    name: str
+    """Qualified, provider-safe, unique in the catalog: `qualified_name(server, tool)`."""
+    server: str
+    """The first server offering it, in sorted order of server names."""
+    servers: tuple[str, ...]
+    """Every server offering this exact tool (same name, description and input schema), sorted."""
+    tool: str
+    """The original tool name on the server: what `tools/call` needs."""
+    definition: Mapping[str, Any] = field(hash=False)
+    """The raw tools/list dict of `server` (name, title, description, inputSchema, ...), untouched."""
+
+
+def qualified_name(server: str, tool: str) -> str:
+    """The provider-safe name of `tool` on `server`; depends only on these two strings.
+
+    `server__tool` when both parts are already safe and it fits; otherwise the sanitised, truncated
+    parts followed by `-` and a hash of the exact originals, e.g. `my_server__read_file-3fa9c0d2e1b4`.
+    """
+    if _is_lossless(server, tool):
+        return f"{server}{SEPARATOR}{tool}"
+    return _hashed_name(server, tool, attempt=0)
+
+
+def one_line(text: str | None, limit: int = SUMMARY_LIMIT) -> str:
+    """Untrusted server text as one safe summary line of at most `limit` characters.
+
+    Control, format (zero-width, bidi), surrogate, private-use and unassigned characters are dropped;
+    line and paragraph separators and every whitespace run become one space; a text longer than `limit`
+    is cut at a word boundary and ends in an ellipsis. A server cannot add lines to a prompt this way.
+    """
+    if not text or limit <= 0:
+        return ""
+    if not isinstance(text, str):  # odd input from a server (a number, a list): describe, never raise
+        text = str(text)
+    kept = "".join(_safe_char(c) for c in text)
+    line = " ".join(kept.split())
+    if len(line) <= limit:
+        return line
+    cut = line[: limit - len(ELLIPSIS)]
+    space = cut.rfind(" ")
+    if space >= limit * _WORD_BREAK_MIN:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + ELLIPSIS
+
+
+def normalize(tools_by_server: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[NormalizedTool]:
+    """Every tool of every server with its qualified name, exact duplicates collapsed, sorted by name.
+
+    Registration order does not matter (servers are read in sorted order). Within one server a repeated
+    tool name keeps its first listing (MCP requires unique names per server; calls could not tell them
+    apart). Tools with the same name, description and input schema on several servers become one entry
+    named after the first of them. Odd input (missing or empty names, non-dict entries) never raises:
+    non-dict entries are skipped, a missing name counts as "".
+    """
+    by_tool: dict[str, list[list[tuple[str, Mapping[str, Any]]]]] = {}  # tool -> groups of identical offers
+    for server in sorted(tools_by_server):
+        seen: set[str] = set()
+        for definition in tools_by_server[server] or ():
+            if not isinstance(definition, Mapping):
+                continue
+            tool = _tool_name(definition)
+            if tool in seen:
+                continue
+            seen.add(tool)
+            groups = by_tool.setdefault(tool, [])
+            for group in groups:
+                if _same_tool(group[0][1], definition):
+                    group.append((server, definition))
+                    break
+            else:
+                groups.append([(server, definition)])
+
+    entries = [
+        NormalizedTool(
+            name=qualified_name(group[0][0], tool),
+            server=group[0][0],
+            servers=tuple(server for server, _ in group),
+            tool=tool,
+            definition=group[0][1],
+        )
+        for tool, groups in by_tool.items()
+        for group in groups
+    ]
+    return sorted(_resolve_collisions(entries), key=lambda entry: entry.name)
+
+
+def reverse_map(tools: Iterable[NormalizedTool], *, aliases: bool = True) -> dict[str, tuple[str, str]]:
+    """Qualified name -> (server, original tool name), the map every call goes through.
+
+    With `aliases`, a collapsed entry's other servers are reachable too: `qualified_name(s, tool)` maps
+    to `(s, tool)` for every `s` in `servers`, so a name a model learned before a duplicate server was
+    added (which renames the entry after the new first server) still routes. Entry names always win.
+    """
+    tools = sorted(tools, key=lambda entry: entry.name)
+    mapping = {entry.name: (entry.server, entry.tool) for entry in tools}
+    if aliases:
+        for entry in tools:
+            for server in entry.servers:
+                mapping.setdefault(qualified_name(server, entry.tool), (server, entry.tool))
+    return mapping
+
+
+def _is_lossless(server: str, tool: str) -> bool:
+    """True when `server__tool` is safe, fits, decodes uniquely and cannot look like a hashed name."""
+    return (
+        isinstance(server, str)
+        and isinstance(tool, str)
+        and _PART.fullmatch(server) is not None
+        and _PART.fullmatch(tool) is not None
+        and SEPARATOR not in server
+        and not server.endswith("_")
+        and len(server) + len(SEPARATOR) + len(tool) <= MAX_NAME_LENGTH
+        and _HASHED_TAIL.search(tool) is None
+    )
+
+
+def _hashed_name(server: str, tool: str, attempt: int) -> str:
+    """Readable prefix (server part first, then tool part) + mark + hash of the exact originals."""
+    server_part = _UNDERSCORE_RUN.sub("_", _sanitise(server)).strip("_")
+    tool_part = _sanitise(tool)
+    keep = min(len(server_part), max(SERVER_KEEP, _READABLE_BUDGET - len(tool_part)))
+    server_part = server_part[:keep].rstrip("_")
+    tool_part = tool_part[: _READABLE_BUDGET - len(server_part)].rstrip("_")
+    return f"{server_part}{SEPARATOR}{tool_part}{HASH_MARK}{_digest(server, tool, attempt)}"
+
+
+def _sanitise(part: str) -> str:
+    """ASCII-fold (é -> e, ｇ -> g, ﬁ -> fi), then each run of other characters becomes one `_`."""
+    decomposed = unicodedata.normalize("NFKD", part if isinstance(part, str) else str(part))
+    folded = "".join(c for c in decomposed if not unicodedata.combining(c))
+    return _INVALID_RUN.sub("_", folded)
+
+
+def _digest(server: str, tool: str, attempt: int) -> str:
+    """Hash of the exact originals; JSON keeps the pair unambiguous and lone surrogates encodable."""
+    key: list[Any] = [server, tool] if attempt == 0 else [server, tool, attempt]
+    payload = json.dumps(key, ensure_ascii=True, default=str)
+    return hashlib.sha256(payload.encode("ascii")).hexdigest()[:HASH_LENGTH]
+
+
+def _tool_name(definition: Mapping[str, Any]) -> str:
+    name = definition.get("name")
+    return "" if name is None else name if isinstance(name, str) else str(name)
+
+
+def _same_tool(first: Mapping[str, Any], second: Mapping[str, Any]) -> bool:
+    """Exact duplicates: same description and input schema (the caller matched the name)."""
+    return all(_identical(first.get(key), second.get(key)) for key in ("description", "inputSchema"))
+
+
+def _identical(a: Any, b: Any) -> bool:
+    """Deep equality that also compares types: `==` alone equates 1, 1.0 and true, which schemas tell
+    apart. Dict key order never matters. Much cheaper than serialising both sides."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_identical(value, b[key]) for key, value in a.items())
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(_identical(x, y) for x, y in zip(a, b, strict=True))
+    try:
+        return bool(a == b)
+    except Exception:  # boundary: odd values whose comparison raises count as different tools
+        return False
+
+
+def _resolve_collisions(entries: list[NormalizedTool]) -> list[NormalizedTool]:
+    """Keep names unique even in the ~2^-48 case of two different tools sharing prefix and hash.
+
+    Deterministic: colliding entries are ordered by (server, tool), distinct for every entry since a
+    server offers a tool name once; the first keeps the name and the others are re-hashed with an attempt
+    counter until free. Only in this case does a name depend on other tools.
+    """
+    taken: set[str] = set()
+    resolved: list[NormalizedTool] = []
+    for entry in sorted(entries, key=lambda item: (item.name, item.server, item.tool)):
+        name, attempt = entry.name, 0
+        while name in taken:
+            attempt += 1
+            name = _hashed_name(entry.server, entry.tool, attempt)
+        taken.add(name)
+        resolved.append(entry if name == entry.name else _renamed(entry, name))
+    return resolved
+
+
+def _renamed(entry: NormalizedTool, name: str) -> NormalizedTool:
+    return NormalizedTool(name, entry.server, entry.servers, entry.tool, entry.definition)
+
+
+def _safe_char(char: str) -> str:
+    """Drop characters that are invisible or can break a line; turn line/paragraph separators to space."""
+    category = unicodedata.category(char)
+    if char.isspace() or category in ("Zl", "Zp"):
+        return " "
+    if category.startswith("C"):  # Cc control, Cf format (ZWSP, bidi), Cs, Co private use, Cn unassigned
+        return ""
+    return char
