@@ -1,40 +1,571 @@
 """OpenTelemetry metrics and traces for search, expand, spawn and calls.
 
-PLACEHOLDER API (the telemetry issue fills it in): the functions below are the only way the rest of
-the project records events, each called once where the event happens. Until set up they do nothing.
+The rest of the project records events only through the `record_*` functions and `span(...)` below,
+each called once where the event happens (so a search through the CLI, the gateway or the Python API
+counts the same way). They write to the *current* `Telemetry`:
+
+- by default, one built on the global OpenTelemetry API providers: a no-op unless the application
+  embedding orchestrator configured OpenTelemetry itself;
+- after `setup_telemetry(settings)`, one configured from `telemetry:` in bernstein.yaml (console, OTLP
+  or a Prometheus endpoint); `shutdown_telemetry()` flushes it and stops the Prometheus server;
+- after `use_meter_provider(provider)`, one over a provider the caller owns (tests install a fresh
+  `MeterProvider` with an `InMemoryMetricReader` per test and read exact counts).
+
+The OpenTelemetry SDK does all the work; this module only configures it and names the instruments.
+The global *meter* provider is never set (project metrics go through the current `Telemetry`), so
+setting up again in one process is safe. Traces are different: the `mcp` SDK takes its tracer from the
+global tracer provider, so the first traced setup in a process installs one SDK `TracerProvider`
+globally (its `service.name` stays for the process) and every later setup adds its own span processor
+to it, which its shutdown stops.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import Any, Literal
+import logging
+import sys
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+from wsgiref.simple_server import WSGIServer
+
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider as SDKMeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import SpanProcessor
+from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
+from opentelemetry.trace import Span
+
+from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .config import Settings, TelemetrySettings
+
+__all__ = [
+    "CALL_RESULTS",
+    "CATALOG_TOKENS",
+    "CATALOG_TOOLS",
+    "CLIENT_OPERATION_DURATION",
+    "METER_NAME",
+    "SEARCH_DURATION",
+    "SEARCH_EXPANDED_TOOLS",
+    "SEARCH_INVOCATIONS",
+    "SEARCH_OUTCOMES",
+    "SEARCH_RESULTS",
+    "SPAWNS",
+    "SPAWN_MODES",
+    "SPAWN_TOKENS_SAVED",
+    "SPAWN_TOKENS_SENT",
+    "TOOL_CALLS",
+    "CallResult",
+    "SearchOutcome",
+    "SpawnMode",
+    "Telemetry",
+    "current_telemetry",
+    "record_catalog",
+    "record_expand",
+    "record_search",
+    "record_spawn",
+    "record_tool_call",
+    "setup_telemetry",
+    "shutdown_telemetry",
+    "span",
+    "telemetry_session",
+    "use_meter_provider",
+]
+
+_log = logging.getLogger(__name__)
 
 SearchOutcome = Literal["hit", "miss"]
 CallResult = Literal["ok", "tool_error", "timeout", "transport_error"]
+SpawnMode = Literal["full", "search"]
+
+SEARCH_OUTCOMES: tuple[str, ...] = ("hit", "miss", "expand")
+CALL_RESULTS: tuple[str, ...] = ("ok", "tool_error", "timeout", "transport_error")
+SPAWN_MODES: tuple[str, ...] = ("full", "search")
+
+METER_NAME = "orchestrator"
+"""Instrumentation scope of every project metric and span."""
+
+# Instrument names. Prometheus adds `_total` to counters and the unit (`_seconds`) to timed histograms.
+SEARCH_INVOCATIONS = "mcp_tool_search_invocations"
+SEARCH_DURATION = "mcp_tool_search_duration"
+SEARCH_RESULTS = "mcp_tool_search_results"
+SEARCH_EXPANDED_TOOLS = "mcp_tool_search_expanded_tools"
+SPAWNS = "orchestrator_spawns"
+SPAWN_TOKENS_SENT = "orchestrator_spawn_tokens_sent"
+SPAWN_TOKENS_SAVED = "orchestrator_spawn_tokens_saved"
+TOOL_CALLS = "mcp_tool_calls"
+CLIENT_OPERATION_DURATION = "mcp.client.operation.duration"
+"""Named by the OpenTelemetry MCP semantic conventions (histogram, seconds)."""
+CATALOG_TOOLS = "mcp_catalog_tools"
+CATALOG_TOKENS = "mcp_catalog_tokens"
+
+# Bucket boundaries (advisory, so a user's Views still win).
+# The MCP semantic conventions prescribe these for mcp.client.operation.duration.
+_CALL_DURATION_BUCKETS_S = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
+# A BM25 search over a few thousand tools takes about a millisecond; a slow hybrid one up to the
+# embedding timeout (250 ms by default), so the buckets span 0.1 ms .. 1 s.
+_SEARCH_DURATION_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
+# Around the default threshold_tokens (6000) with room for catalogs of hundreds of tools.
+_TOKEN_BUCKETS = (0, 250, 500, 1000, 2000, 4000, 6000, 8000, 12000, 16000, 24000, 32000, 64000, 128000)
+# search_limit is at most 100.
+_RESULT_BUCKETS = (0, 1, 2, 3, 5, 8, 10, 15, 20, 50, 100)
+
+# Bound on flushing exporters at shutdown, so a dead collector cannot hang a command on exit.
+_SHUTDOWN_TIMEOUT_MS = 5_000
+# Deadline of one OTLP export, retries included (the exporters' own default is 10 s, and a command
+# flushes twice on exit). A collector answers in milliseconds; one that is down costs this much.
+_OTLP_EXPORT_TIMEOUT_S = 2.0
+
+_GRPC_PACKAGE = "opentelemetry-exporter-otlp-proto-grpc"
 
 
-def record_search(outcome: SearchOutcome, duration_s: float, hits: int) -> None:
-    """One tool_search that returned tools (hit) or none (miss)."""
+class Telemetry:
+    """A meter's instruments (and optionally a tracer) plus what to stop at shutdown.
+
+    Build one with `setup_telemetry`, `use_meter_provider` or directly over any OpenTelemetry API
+    providers; the `record_*` functions of this module write to the current one.
+    """
+
+    def __init__(
+        self,
+        meter_provider: metrics.MeterProvider | None = None,
+        tracer_provider: trace.TracerProvider | None = None,
+        *,
+        owned_meter_provider: SDKMeterProvider | None = None,
+        owned_span_processor: SpanProcessor | None = None,
+        prometheus_server: WSGIServer | None = None,
+        prometheus_thread: threading.Thread | None = None,
+    ) -> None:
+        """Create the instruments.
+
+        Args:
+            meter_provider: where metrics go; None means the global API provider (no-op until set).
+            tracer_provider: where project spans go; None means the global API provider.
+            owned_meter_provider: shut down by `shutdown()` (providers passed by a caller are not).
+            owned_span_processor: shut down by `shutdown()`.
+            prometheus_server: the scrape endpoint to stop at shutdown.
+            prometheus_thread: the thread serving it.
+        """
+        # The API's proxy tracer follows a global provider installed later, so caching it is safe.
+        self._tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(METER_NAME)
+        self._owned_meter_provider = owned_meter_provider
+        self._owned_span_processor = owned_span_processor
+        self._prometheus_server = prometheus_server
+        self._prometheus_thread = prometheus_thread
+        self._closed = False
+        meter = (meter_provider or metrics.get_meter_provider()).get_meter(METER_NAME)
+        self._search_invocations = meter.create_counter(
+            SEARCH_INVOCATIONS,
+            unit="{invocation}",
+            description="tool_search calls that returned tools (hit) or none (miss), and expand_tools calls (expand)",
+        )
+        self._search_duration = meter.create_histogram(
+            SEARCH_DURATION,
+            unit="s",
+            description="Time to rank the catalog for one tool_search",
+            explicit_bucket_boundaries_advisory=_SEARCH_DURATION_BUCKETS_S,
+        )
+        self._search_results = meter.create_histogram(
+            SEARCH_RESULTS,
+            unit="{tool}",
+            description="Tools returned by one tool_search",
+            explicit_bucket_boundaries_advisory=_RESULT_BUCKETS,
+        )
+        self._expanded_tools = meter.create_counter(
+            SEARCH_EXPANDED_TOOLS,
+            unit="{tool}",
+            description="Full schemas handed over by expand_tools",
+        )
+        self._spawns = meter.create_counter(
+            SPAWNS,
+            unit="{spawn}",
+            description="Agents spawned, by tool mode (full catalog or search) and agent profile",
+        )
+        self._tokens_sent = meter.create_histogram(
+            SPAWN_TOKENS_SENT,
+            unit="{token}",
+            description="Tokens of tool definitions and tools prompt sent to one spawned agent",
+            explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
+        )
+        self._tokens_saved = meter.create_histogram(
+            SPAWN_TOKENS_SAVED,
+            unit="{token}",
+            description="Tokens one spawn saved against shipping the full catalog (0 in full mode)",
+            explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
+        )
+        self._tool_calls = meter.create_counter(
+            TOOL_CALLS,
+            unit="{call}",
+            description="tools/call requests routed to a server, by result",
+        )
+        self._call_duration = meter.create_histogram(
+            CLIENT_OPERATION_DURATION,
+            unit="s",
+            description="Duration of the MCP request as observed on the client (tools/call)",
+            explicit_bucket_boundaries_advisory=_CALL_DURATION_BUCKETS_S,
+        )
+        self._catalog_tools = meter.create_gauge(
+            CATALOG_TOOLS, unit="{tool}", description="Tools a server currently offers"
+        )
+        self._catalog_tokens = meter.create_gauge(
+            CATALOG_TOKENS, unit="{token}", description="Tokens of the full definitions of a server's tools"
+        )
+        # The three outcome series exist from the start (at 0), so rates and the miss ratio are defined
+        # before the first miss and dashboards show every series.
+        for outcome in SEARCH_OUTCOMES:
+            self._search_invocations.add(0, {"outcome": outcome})
+
+    # ------------------------------------------------------------------ recording
+
+    def record_search(self, outcome: SearchOutcome, duration_s: float, hits: int) -> None:
+        """See the module-level `record_search`."""
+        _check(outcome, ("hit", "miss"), "search outcome")
+        attributes = {"outcome": outcome}
+        self._search_invocations.add(1, attributes)
+        self._search_duration.record(max(0.0, duration_s), attributes)
+        self._search_results.record(max(0, hits))
+
+    def record_expand(self, count: int) -> None:
+        """See the module-level `record_expand`."""
+        self._search_invocations.add(1, {"outcome": "expand"})
+        self._expanded_tools.add(max(0, count))
+
+    def record_spawn(self, mode: str, agent: str, tokens_sent: int, tokens_saved: int) -> None:
+        """See the module-level `record_spawn`."""
+        _check(mode, SPAWN_MODES, "spawn mode")
+        attributes = {"mode": mode, "agent": agent}
+        self._spawns.add(1, attributes)
+        self._tokens_sent.record(max(0, tokens_sent), attributes)
+        # Histograms take no negative values; a plan that cost more than the full catalog saved 0.
+        self._tokens_saved.record(max(0, tokens_saved), attributes)
+
+    def record_tool_call(self, server: str, tool: str, result: CallResult, duration_s: float) -> None:
+        """See the module-level `record_tool_call`."""
+        _check(result, CALL_RESULTS, "tool call result")
+        self._tool_calls.add(1, {"server": server, "result": result})
+        attributes = {
+            "mcp.method.name": "tools/call",
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool,
+            "server": server,
+        }
+        if result != "ok":
+            # semconv: error.type only when the operation failed; "tool_error" for isError results.
+            attributes["error.type"] = result
+        self._call_duration.record(max(0.0, duration_s), attributes)
+
+    def record_catalog(self, server: str, tools: int, tokens: int) -> None:
+        """See the module-level `record_catalog`."""
+        attributes = {"server": server}
+        self._catalog_tools.set(tools, attributes)
+        self._catalog_tokens.set(tokens, attributes)
+
+    @contextlib.contextmanager
+    def span(self, name: str, **attributes: Any) -> Iterator[Span]:
+        """See the module-level `span`."""
+        clean = {key: _attribute_value(value) for key, value in attributes.items() if value is not None}
+        with self._tracer.start_as_current_span(name, attributes=clean) as current:
+            yield current
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def prometheus_address(self) -> tuple[str, int] | None:
+        """(host, port) the Prometheus endpoint listens on, or None; port 0 in settings becomes real here."""
+        if self._prometheus_server is None:
+            return None
+        host, port = self._prometheus_server.server_address[:2]
+        return str(host), int(port)
+
+    @property
+    def prometheus_url(self) -> str | None:
+        """The scrape URL, e.g. `http://127.0.0.1:9464/metrics`, or None."""
+        address = self.prometheus_address
+        if address is None:
+            return None
+        host, port = address
+        return f"http://{_url_host(host)}:{port}/metrics"
+
+    def shutdown(self) -> None:
+        """Flush and stop what this object owns (exporters, span processor, Prometheus server). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owned_span_processor is not None:
+            self._owned_span_processor.force_flush(_SHUTDOWN_TIMEOUT_MS)
+            self._owned_span_processor.shutdown()
+        if self._owned_meter_provider is not None:
+            # Flushes periodic readers (console, OTLP) and unregisters the Prometheus collector.
+            self._owned_meter_provider.shutdown(timeout_millis=_SHUTDOWN_TIMEOUT_MS)
+        if self._prometheus_server is not None:
+            self._prometheus_server.shutdown()
+            self._prometheus_server.server_close()
+            if self._prometheus_thread is not None:
+                self._prometheus_thread.join(_SHUTDOWN_TIMEOUT_MS / 1000)
 
 
-def record_expand(count: int) -> None:
-    """One expand_tools call that handed over `count` schemas."""
+def _check(value: str, allowed: Sequence[str], what: str) -> None:
+    """Attribute values come from a closed set: a stray value would add a series, so refuse it."""
+    if value not in allowed:
+        raise ValueError(f"unknown {what} {value!r}; expected one of {', '.join(allowed)}")
 
 
-def record_spawn(mode: str, agent: str, tokens_sent: int, tokens_saved: int) -> None:
-    """One spawn planned in `mode` ("full" or "search")."""
+def _attribute_value(value: Any) -> Any:
+    if isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, (list, tuple)) and all(isinstance(item, (str, bool, int, float)) for item in value):
+        return list(value)
+    return str(value)
 
 
-def record_tool_call(server: str, tool: str, result: CallResult, duration_s: float) -> None:
-    """One tools/call routed to `server`."""
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
-def record_catalog(server: str, tools: int, tokens: int) -> None:
-    """Current catalog size of one server (gauge)."""
+# --------------------------------------------------------------------------- the current instance
+
+_lock = threading.Lock()
+_current: Telemetry | None = None
+_default: Telemetry | None = None
+
+
+def current_telemetry() -> Telemetry:
+    """The Telemetry the `record_*` functions write to (the global-API default when none is installed)."""
+    global _default
+    installed = _current
+    if installed is not None:
+        return installed
+    if _default is None:
+        with _lock:
+            if _default is None:
+                _default = Telemetry()
+    return _default
+
+
+def _install(telemetry: Telemetry | None) -> None:
+    """Make `telemetry` current, shutting down the one it replaces."""
+    global _current
+    with _lock:
+        previous, _current = _current, telemetry
+    if previous is not None and previous is not telemetry:
+        previous.shutdown()
+
+
+def use_meter_provider(
+    provider: metrics.MeterProvider, *, tracer_provider: trace.TracerProvider | None = None
+) -> Telemetry:
+    """Record into `provider` (and project spans into `tracer_provider`) from now on.
+
+    The caller owns the providers: `shutdown_telemetry()` uninstalls but does not shut them down.
+    """
+    telemetry = Telemetry(provider, tracer_provider)
+    _install(telemetry)
+    return telemetry
+
+
+def setup_telemetry(settings: Settings | TelemetrySettings) -> Telemetry:
+    """Configure the OpenTelemetry SDK from `telemetry:` and make it current (replacing any earlier one).
+
+    exporter none: nothing is exported (the global-API default stays current).
+    console: metrics every `export_interval_s` and spans, as JSON on stderr (stdout stays for output).
+    otlp: metrics and spans to `telemetry.otlp.endpoint` (http/protobuf: `<endpoint>/v1/metrics` and
+    `<endpoint>/v1/traces`; grpc needs the `opentelemetry-exporter-otlp-proto-grpc` package).
+    prometheus: a scrape endpoint on `telemetry.prometheus.host:port` (port 0: any free port; see
+    `Telemetry.prometheus_url`); no traces.
+
+    Raises:
+        ConfigError: the exporter cannot be built (missing package, port in use), naming the key.
+    """
+    config = _telemetry_settings(settings)
+    if config.exporter == "none":
+        _install(None)
+        return current_telemetry()
+    _install(None)  # stop the previous one first: it may hold the same Prometheus port
+    resource = Resource.create({SERVICE_NAME: config.service_name})
+    interval_ms = config.export_interval_s * 1000
+    if config.exporter == "prometheus":
+        telemetry = _prometheus_telemetry(config, resource)
+    else:
+        metric_exporter, span_exporter = _push_exporters(config)
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        reader = PeriodicExportingMetricReader(metric_exporter, export_interval_millis=interval_ms)
+        meter_provider = SDKMeterProvider(resource=resource, metric_readers=[reader])
+        processor = BatchSpanProcessor(span_exporter, schedule_delay_millis=interval_ms)
+        tracer_provider = _process_tracer_provider(resource)
+        tracer_provider.add_span_processor(processor)
+        telemetry = Telemetry(
+            meter_provider,
+            tracer_provider,
+            owned_meter_provider=meter_provider,
+            owned_span_processor=processor,
+        )
+    _install(telemetry)
+    return telemetry
+
+
+def shutdown_telemetry() -> None:
+    """Flush and stop the current Telemetry (exporters, Prometheus server); recording becomes a no-op."""
+    _install(None)
 
 
 @contextlib.contextmanager
-def span(name: str, **attributes: Any) -> Iterator[None]:
-    """A span around project work (search, expand, spawn)."""
-    yield
+def telemetry_session(settings: Settings | TelemetrySettings) -> Iterator[Telemetry]:
+    """`setup_telemetry` for the length of a command; shuts down (and flushes) on the way out."""
+    telemetry = setup_telemetry(settings)
+    try:
+        yield telemetry
+    finally:
+        if _current is telemetry:
+            shutdown_telemetry()
+        else:
+            telemetry.shutdown()
+
+
+def _telemetry_settings(settings: Settings | TelemetrySettings) -> TelemetrySettings:
+    return getattr(settings, "telemetry", settings)  # type: ignore[return-value]
+
+
+def _prometheus_telemetry(config: TelemetrySettings, resource: Resource) -> Telemetry:
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    # A registry of our own: the global REGISTRY would refuse a second collector on a later setup.
+    registry = CollectorRegistry(auto_describe=True)
+    reader: MetricReader = PrometheusMetricReader(scope_info_enabled=False, registry=registry)
+    host, port = config.prometheus.host, config.prometheus.port
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        reader.shutdown()
+        raise ConfigError(
+            f"telemetry.prometheus: cannot serve metrics on {host}:{port}: {exc.strerror or exc}"
+        ) from exc
+    meter_provider = SDKMeterProvider(resource=resource, metric_readers=[reader])
+    return Telemetry(
+        meter_provider,
+        None,
+        owned_meter_provider=meter_provider,
+        prometheus_server=server,
+        prometheus_thread=thread,
+    )
+
+
+def _push_exporters(config: TelemetrySettings) -> tuple[Any, Any]:
+    """(metric exporter, span exporter) for console or otlp."""
+    if config.exporter == "console":
+        from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleMetricExporter(out=sys.stderr), ConsoleSpanExporter(out=sys.stderr)
+    otlp = config.otlp
+    headers: Mapping[str, str] = dict(otlp.headers)
+    if otlp.protocol == "grpc":
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+                OTLPMetricExporter as GrpcMetricExporter,
+            )
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+                OTLPSpanExporter as GrpcSpanExporter,
+            )
+        except ImportError:
+            raise ConfigError(
+                f"telemetry.otlp.protocol: grpc needs the package {_GRPC_PACKAGE} "
+                f"(pip install {_GRPC_PACKAGE}), or use protocol http/protobuf"
+            ) from None
+        insecure = otlp.endpoint.startswith("http://")
+        return (
+            GrpcMetricExporter(
+                endpoint=otlp.endpoint, headers=headers, insecure=insecure, timeout=_OTLP_EXPORT_TIMEOUT_S
+            ),
+            GrpcSpanExporter(
+                endpoint=otlp.endpoint, headers=headers, insecure=insecure, timeout=_OTLP_EXPORT_TIMEOUT_S
+            ),
+        )
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    base = otlp.endpoint.rstrip("/")
+    return (
+        OTLPMetricExporter(endpoint=f"{base}/v1/metrics", headers=headers, timeout=_OTLP_EXPORT_TIMEOUT_S),
+        OTLPSpanExporter(endpoint=f"{base}/v1/traces", headers=headers, timeout=_OTLP_EXPORT_TIMEOUT_S),
+    )
+
+
+_own_tracer_provider: SDKTracerProvider | None = None
+
+
+def _process_tracer_provider(resource: Resource) -> SDKTracerProvider:
+    """The SDK TracerProvider behind the global one, created and installed on first use.
+
+    The `mcp` SDK's spans go to the global provider, which OpenTelemetry lets a process set once; so
+    every setup adds its span processor to this one provider instead of replacing it. When the
+    embedding application already installed another implementation, project spans get a private
+    provider and the `mcp` SDK's spans stay with the application's.
+    """
+    global _own_tracer_provider
+    with _lock:
+        installed = trace.get_tracer_provider()
+        if isinstance(installed, SDKTracerProvider):
+            return installed
+        if _own_tracer_provider is None:
+            _own_tracer_provider = SDKTracerProvider(resource=resource)
+            if isinstance(installed, trace.ProxyTracerProvider):
+                trace.set_tracer_provider(_own_tracer_provider)
+            else:
+                _log.warning(
+                    "a non-SDK global tracer provider is installed; the mcp SDK's spans stay with it "
+                    "and only orchestrator's own spans reach telemetry.exporter"
+                )
+        return _own_tracer_provider
+
+
+# --------------------------------------------------------------------------- the recording API
+
+
+def record_search(outcome: SearchOutcome, duration_s: float, hits: int) -> None:
+    """One tool_search that returned tools (`hit`) or none (`miss`), its ranking time and hit count.
+
+    Never pass the query: attributes stay low-cardinality.
+    """
+    current_telemetry().record_search(outcome, duration_s, hits)
+
+
+def record_expand(count: int) -> None:
+    """One expand_tools call that handed over `count` schemas (counted as outcome `expand`)."""
+    current_telemetry().record_expand(count)
+
+
+def record_spawn(mode: str, agent: str, tokens_sent: int, tokens_saved: int) -> None:
+    """One spawn planned in `mode` (`full` or `search`) for agent profile `agent`.
+
+    Args:
+        tokens_sent: tokens of the tool definitions plus tools prompt the agent receives.
+        tokens_saved: full-catalog tokens minus `tokens_sent` (0 in full mode; negative counts as 0).
+    """
+    current_telemetry().record_spawn(mode, agent, tokens_sent, tokens_saved)
+
+
+def record_tool_call(server: str, tool: str, result: CallResult, duration_s: float) -> None:
+    """One tools/call routed to `server` for its tool `tool` (the server's own name), with its result."""
+    current_telemetry().record_tool_call(server, tool, result, duration_s)
+
+
+def record_catalog(server: str, tools: int, tokens: int) -> None:
+    """Current catalog size of one server: tool count and tokens of its full definitions (gauges)."""
+    current_telemetry().record_catalog(server, tools, tokens)
+
+
+@contextlib.contextmanager
+def span(name: str, **attributes: Any) -> Iterator[Span]:
+    """A span around project work (search, expand, spawn), parent of the `mcp` SDK spans inside it.
+
+    Attributes with value None are left out; never pass query text or tool arguments.
+    Yields the span, so callers can add attributes known only at the end.
+    """
+    with current_telemetry().span(name, **attributes) as current:
+        yield current

@@ -1,16 +1,317 @@
-"""`orchestrator metrics` (telemetry issue)."""
+"""`orchestrator metrics [--url URL] [--json]`: a running gateway's metrics as a readable table.
+
+Reads the Prometheus endpoint that `telemetry.exporter: prometheus` serves (default URL from
+`telemetry.prometheus.host/port`), and turns the samples into what a user tuning `threshold_tokens`
+needs: searches, hits, misses and the miss rate, expands, spawns by mode with tokens sent and saved,
+tool calls by server and result, and catalog sizes. Parsing (`summarize`) is pure; `scrape` is the I/O.
+"""
 
 from __future__ import annotations
 
+import socket
+import urllib.error
+import urllib.request
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Annotated
+
 import typer
+from prometheus_client.parser import text_string_to_metric_families
 
-from ._unbuilt import not_built
+from .. import telemetry
+from ..errors import OrchestratorError
+from ._common import console, loaded_config, print_json, print_table
 
-__all__ = ["register"]
+__all__ = [
+    "CallRow",
+    "CatalogRow",
+    "MetricsSummary",
+    "SearchSummary",
+    "SpawnRow",
+    "default_url",
+    "register",
+    "scrape",
+    "summarize",
+]
+
+SCRAPE_TIMEOUT_S = 5.0
+"""A local endpoint answers in milliseconds; past this it is hung or not a metrics endpoint."""
+
+# Prometheus names of the project's instruments (dots become underscores, counters end in `_total`,
+# histograms in seconds carry `_seconds`).
+_SEARCHES = f"{telemetry.SEARCH_INVOCATIONS}_total"
+_SEARCH_SECONDS = f"{telemetry.SEARCH_DURATION}_seconds"
+_SEARCH_RESULTS = telemetry.SEARCH_RESULTS
+_EXPANDED = f"{telemetry.SEARCH_EXPANDED_TOOLS}_total"
+_SPAWNS = f"{telemetry.SPAWNS}_total"
+_TOKENS_SENT = telemetry.SPAWN_TOKENS_SENT
+_TOKENS_SAVED = telemetry.SPAWN_TOKENS_SAVED
+_CALLS = f"{telemetry.TOOL_CALLS}_total"
+_CALL_SECONDS = telemetry.CLIENT_OPERATION_DURATION.replace(".", "_") + "_seconds"
+_CATALOG_TOOLS = telemetry.CATALOG_TOOLS
+_CATALOG_TOKENS = telemetry.CATALOG_TOKENS
+
+_WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]"}
+
+
+@dataclass(frozen=True)
+class SearchSummary:
+    searches: int
+    """tool_search calls (hits + misses)."""
+    hits: int
+    misses: int
+    miss_rate: float | None
+    """misses / searches; None before the first search."""
+    expands: int
+    """expand_tools calls."""
+    expanded_tools: int
+    """Full schemas handed over by those calls."""
+    avg_results: float | None
+    avg_latency_s: float | None
+
+
+@dataclass(frozen=True)
+class SpawnRow:
+    mode: str
+    agent: str
+    spawns: int
+    tokens_sent: int
+    tokens_saved: int
+
+
+@dataclass(frozen=True)
+class CallRow:
+    server: str
+    result: str
+    calls: int
+    avg_duration_s: float | None
+
+
+@dataclass(frozen=True)
+class CatalogRow:
+    server: str
+    tools: int
+    tokens: int
+
+
+@dataclass(frozen=True)
+class MetricsSummary:
+    url: str
+    search: SearchSummary
+    spawns: list[SpawnRow] = field(default_factory=list)
+    tokens_saved: int = 0
+    """Sum over every spawn."""
+    expands_per_search_spawn: float | None = None
+    """expand_tools calls per search-mode spawn: how often agents needed more than the directory."""
+    calls: list[CallRow] = field(default_factory=list)
+    catalog: list[CatalogRow] = field(default_factory=list)
+
+
+def summarize(text: str, url: str = "") -> MetricsSummary:
+    """Prometheus exposition text -> the figures `orchestrator metrics` shows (absent series count 0).
+
+    Raises:
+        ValueError: the text is not Prometheus exposition format.
+    """
+    values: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            values[sample.name].append((dict(sample.labels), float(sample.value)))
+
+    def total(name: str, **match: str) -> float:
+        return sum(value for labels, value in values.get(name, []) if _matches(labels, match))
+
+    hits, misses = int(total(_SEARCHES, outcome="hit")), int(total(_SEARCHES, outcome="miss"))
+    searches = hits + misses
+    search = SearchSummary(
+        searches=searches,
+        hits=hits,
+        misses=misses,
+        miss_rate=misses / searches if searches else None,
+        expands=int(total(_SEARCHES, outcome="expand")),
+        expanded_tools=int(total(_EXPANDED)),
+        avg_results=_ratio(total(f"{_SEARCH_RESULTS}_sum"), total(f"{_SEARCH_RESULTS}_count")),
+        avg_latency_s=_ratio(total(f"{_SEARCH_SECONDS}_sum"), total(f"{_SEARCH_SECONDS}_count")),
+    )
+
+    spawn_keys = sorted({(labels.get("mode", ""), labels.get("agent", "")) for labels, _ in values.get(_SPAWNS, [])})
+    spawns = [
+        SpawnRow(
+            mode=mode,
+            agent=agent,
+            spawns=int(total(_SPAWNS, mode=mode, agent=agent)),
+            tokens_sent=int(total(f"{_TOKENS_SENT}_sum", mode=mode, agent=agent)),
+            tokens_saved=int(total(f"{_TOKENS_SAVED}_sum", mode=mode, agent=agent)),
+        )
+        for mode, agent in spawn_keys
+    ]
+
+    call_keys = sorted({(labels.get("server", ""), labels.get("result", "")) for labels, _ in values.get(_CALLS, [])})
+    calls = []
+    for server, result in call_keys:
+        error_type = "" if result == "ok" else result
+        calls.append(
+            CallRow(
+                server=server,
+                result=result,
+                calls=int(total(_CALLS, server=server, result=result)),
+                avg_duration_s=_ratio(
+                    total(f"{_CALL_SECONDS}_sum", server=server, error_type=error_type),
+                    total(f"{_CALL_SECONDS}_count", server=server, error_type=error_type),
+                ),
+            )
+        )
+
+    servers = sorted({labels.get("server", "") for labels, _ in values.get(_CATALOG_TOOLS, [])})
+    catalog = [
+        CatalogRow(server, int(total(_CATALOG_TOOLS, server=server)), int(total(_CATALOG_TOKENS, server=server)))
+        for server in servers
+    ]
+    search_spawns = sum(row.spawns for row in spawns if row.mode == "search")
+    return MetricsSummary(
+        url=url,
+        search=search,
+        spawns=spawns,
+        tokens_saved=sum(row.tokens_saved for row in spawns),
+        expands_per_search_spawn=_ratio(search.expands, search_spawns),
+        calls=calls,
+        catalog=catalog,
+    )
+
+
+def _matches(labels: dict[str, str], match: dict[str, str]) -> bool:
+    # An attribute that is absent on a series shows as "" (the exporter backfills missing labels).
+    return all(labels.get(key, "") == value for key, value in match.items())
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator else None
+
+
+def default_url(host: str, port: int) -> str:
+    """The scrape URL for `telemetry.prometheus.host/port`; a wildcard bind address is reached on loopback."""
+    if host in _WILDCARD_HOSTS:
+        host = "127.0.0.1"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}/metrics"
+
+
+def scrape(url: str, timeout: float = SCRAPE_TIMEOUT_S) -> str:
+    """GET the exposition text at `url`.
+
+    Raises:
+        OrchestratorError: nothing listens there, it times out, or it answers with an HTTP error.
+    """
+    hint = "is a command with telemetry.exporter: prometheus (such as `orchestrator serve`) running?"
+    # No proxies: the endpoint is local, and a proxy from the environment would answer for it.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=timeout) as response:
+            return response.read().decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as exc:
+        raise OrchestratorError(f"metrics endpoint {url} answered HTTP {exc.code} {exc.reason}") from None
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        detail = getattr(reason, "strerror", None) or str(reason)
+        raise OrchestratorError(f"no metrics endpoint at {url} ({detail.lower()}); {hint}") from None
+    except (TimeoutError, socket.timeout):
+        raise OrchestratorError(f"metrics endpoint {url} did not answer within {timeout:g} s") from None
+    except ValueError as exc:  # a malformed URL
+        raise OrchestratorError(f"bad metrics URL {url!r}: {exc}") from None
+
+
+def _count(value: int) -> str:
+    return f"{value:,}"
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _ratio_text(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
+
+
+def _duration(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value * 1000:.2f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def _print_summary(summary: MetricsSummary) -> None:
+    search = summary.search
+    console.print(f"metrics from {summary.url}")
+    print_table(
+        ["tool search", "value"],
+        [
+            ("searches", _count(search.searches)),
+            ("hits", _count(search.hits)),
+            ("misses", _count(search.misses)),
+            ("miss rate", _percent(search.miss_rate)),
+            ("expand_tools calls", _count(search.expands)),
+            ("schemas expanded", _count(search.expanded_tools)),
+            ("expands per search-mode spawn", _ratio_text(summary.expands_per_search_spawn)),
+            ("avg results per search", _ratio_text(search.avg_results)),
+            ("avg search latency", _duration(search.avg_latency_s)),
+        ],
+    )
+    console.print()
+    if summary.spawns:
+        rows = [
+            (
+                row.mode,
+                row.agent,
+                _count(row.spawns),
+                _count(row.tokens_sent),
+                _count(row.tokens_saved),
+                _count(row.tokens_saved // row.spawns) if row.spawns else "0",
+            )
+            for row in summary.spawns
+        ]
+        spawns = sum(row.spawns for row in summary.spawns)
+        sent = sum(row.tokens_sent for row in summary.spawns)
+        per_spawn = _count(summary.tokens_saved // spawns) if spawns else "0"
+        rows.append(("total", "", _count(spawns), _count(sent), _count(summary.tokens_saved), per_spawn))
+        print_table(["spawn mode", "agent", "spawns", "tokens sent", "tokens saved", "saved per spawn"], rows)
+    else:
+        console.print("spawns: none yet")
+    console.print()
+    if summary.calls:
+        print_table(
+            ["server", "call result", "calls", "avg duration"],
+            [(row.server, row.result, _count(row.calls), _duration(row.avg_duration_s)) for row in summary.calls],
+        )
+    else:
+        console.print("tool calls: none yet")
+    if summary.catalog:
+        console.print()
+        print_table(
+            ["server", "catalog tools", "catalog tokens"],
+            [(row.server, _count(row.tools), _count(row.tokens)) for row in summary.catalog],
+        )
 
 
 def register(app: typer.Typer) -> None:
     @app.command("metrics")
-    def metrics() -> None:
-        """Show a running gateway's metrics (not built yet)."""
-        not_built("metrics", "telemetry")
+    def metrics(
+        ctx: typer.Context,
+        url: Annotated[
+            str | None,
+            typer.Option("--url", help="Prometheus endpoint (default: telemetry.prometheus host and port)."),
+        ] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    ) -> None:
+        """Show a running gateway's metrics: searches, miss rate, expands, spawns and tokens saved, calls."""
+        if url is None:
+            prometheus = loaded_config(ctx).settings.telemetry.prometheus
+            url = default_url(prometheus.host, prometheus.port)
+        text = scrape(url)
+        try:
+            summary = summarize(text, url)
+        except ValueError as exc:
+            raise OrchestratorError(f"{url} did not answer with Prometheus metrics: {exc}") from None
+        if as_json:
+            print_json(asdict(summary))
+        else:
+            _print_summary(summary)

@@ -1,0 +1,152 @@
+"""`orchestrator metrics`: reads a live Prometheus endpoint, prints the miss rate and tokens saved."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator import telemetry
+from orchestrator.cli import app
+from orchestrator.cli.metrics import default_url, summarize
+from orchestrator.config import TelemetrySettings
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def endpoint() -> Iterator[str]:
+    """A live Prometheus endpoint on an ephemeral port, after a scripted session."""
+    settings = TelemetrySettings(exporter="prometheus", prometheus={"host": "127.0.0.1", "port": 0})
+    with telemetry.telemetry_session(settings) as session:
+        telemetry.record_search("hit", 0.001, 3)
+        telemetry.record_search("hit", 0.002, 5)
+        telemetry.record_search("hit", 0.003, 1)
+        telemetry.record_search("miss", 0.002, 0)
+        telemetry.record_expand(2)
+        telemetry.record_expand(1)
+        telemetry.record_spawn("full", "default", 3000, 0)
+        telemetry.record_spawn("search", "default", 1200, 4800)
+        telemetry.record_spawn("search", "default", 1000, 5000)
+        telemetry.record_tool_call("time", "get_current_time", "ok", 0.04)
+        telemetry.record_tool_call("time", "get_current_time", "ok", 0.06)
+        telemetry.record_tool_call("time", "convert_time", "tool_error", 0.02)
+        telemetry.record_catalog("time", 2, 310)
+        assert session.prometheus_url is not None
+        yield session.prometheus_url
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for key in ("BERNSTEIN_CONFIG", "BERNSTEIN_TELEMETRY__PROMETHEUS__PORT", "BERNSTEIN_TELEMETRY__PROMETHEUS__HOST"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_metrics_prints_the_three_outcomes_miss_rate_and_tokens_saved(endpoint: str) -> None:
+    result = runner.invoke(app, ["metrics", "--url", endpoint])
+    assert result.exit_code == 0, result.output
+    rows = {line.split("  ")[0].strip(): line.split()[-1] for line in result.output.splitlines() if line.strip()}
+    assert rows["searches"] == "4"
+    assert rows["hits"] == "3"
+    assert rows["misses"] == "1"
+    assert rows["miss rate"] == "25.0%"
+    assert rows["expand_tools calls"] == "2"
+    assert rows["schemas expanded"] == "3"
+    search_row = next(line.split() for line in result.output.splitlines() if line.startswith("search "))
+    assert search_row == ["search", "default", "2", "2,200", "9,800", "4,900"]
+    total_row = next(line.split() for line in result.output.splitlines() if line.startswith("total"))
+    assert total_row == ["total", "3", "5,200", "9,800", "3,266"]
+    assert "tool_error" in result.output and "time" in result.output
+
+
+def test_metrics_json_carries_exact_figures(endpoint: str) -> None:
+    result = runner.invoke(app, ["metrics", "--json", "--url", endpoint])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert payload["url"] == endpoint
+    assert payload["search"] == {
+        "searches": 4,
+        "hits": 3,
+        "misses": 1,
+        "miss_rate": 0.25,
+        "expands": 2,
+        "expanded_tools": 3,
+        "avg_results": pytest.approx(9 / 4),
+        "avg_latency_s": pytest.approx(0.002),
+    }
+    assert payload["spawns"] == [
+        {"mode": "full", "agent": "default", "spawns": 1, "tokens_sent": 3000, "tokens_saved": 0},
+        {"mode": "search", "agent": "default", "spawns": 2, "tokens_sent": 2200, "tokens_saved": 9800},
+    ]
+    assert payload["tokens_saved"] == 9800
+    assert payload["expands_per_search_spawn"] == 1.0
+    assert payload["calls"] == [
+        {"server": "time", "result": "ok", "calls": 2, "avg_duration_s": pytest.approx(0.05)},
+        {"server": "time", "result": "tool_error", "calls": 1, "avg_duration_s": pytest.approx(0.02)},
+    ]
+    assert payload["catalog"] == [{"server": "time", "tools": 2, "tokens": 310}]
+
+
+def test_metrics_default_url_comes_from_telemetry_prometheus_settings(endpoint: str, tmp_path: Path) -> None:
+    port = endpoint.rsplit(":", 1)[1].split("/")[0]
+    config = tmp_path / "bernstein.yaml"
+    config.write_text(f"telemetry:\n  exporter: prometheus\n  prometheus:\n    port: {port}\n", encoding="utf-8")
+    result = runner.invoke(app, ["--config", str(config), "metrics", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["search"]["misses"] == 1
+
+
+def test_metrics_fails_with_one_line_when_nothing_listens() -> None:
+    url = f"http://127.0.0.1:{free_port()}/metrics"
+    result = runner.invoke(app, ["metrics", "--url", url])
+    assert result.exit_code == 1
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith(f"error: no metrics endpoint at {url} (connection refused)")
+    assert "Traceback" not in result.output
+
+
+def test_an_endpoint_without_events_shows_zeros_and_no_miss_rate() -> None:
+    settings = TelemetrySettings(exporter="prometheus", prometheus={"port": 0})
+    with telemetry.telemetry_session(settings) as session:
+        assert session.prometheus_url is not None
+        result = runner.invoke(app, ["metrics", "--url", session.prometheus_url])
+    assert result.exit_code == 0, result.output
+    assert re.search(r"^miss rate +n/a", result.output, re.MULTILINE)
+    assert "spawns: none yet" in result.output
+
+
+def test_summarize_counts_absent_series_as_zero() -> None:
+    text = (
+        "# TYPE mcp_tool_search_invocations_total counter\n"
+        'mcp_tool_search_invocations_total{outcome="miss"} 4.0\n'
+    )
+    summary = summarize(text)
+    assert (summary.search.searches, summary.search.hits, summary.search.misses) == (4, 0, 4)
+    assert summary.search.miss_rate == 1.0
+    assert summary.search.expands == 0 and summary.spawns == [] and summary.tokens_saved == 0
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("127.0.0.1", "http://127.0.0.1:9464/metrics"),
+        ("0.0.0.0", "http://127.0.0.1:9464/metrics"),
+        ("::1", "http://[::1]:9464/metrics"),
+        ("metrics.local", "http://metrics.local:9464/metrics"),
+    ],
+)
+def test_default_url_reaches_a_wildcard_bind_on_loopback(host: str, url: str) -> None:
+    assert default_url(host, 9464) == url
