@@ -1,23 +1,132 @@
-"""`orchestrator demo`: the whole story on the configured servers, as far as it is built."""
+"""`orchestrator demo`: the whole story on the configured servers, end to end.
+
+connect -> catalog -> plan a spawn in both modes (token difference) -> search -> expand -> call a tool
+through the same meta-tools a spawned agent uses -> read the metrics back from a Prometheus endpoint.
+Each step prints what it did; the exit code is 1 when a step could not be shown on real servers.
+"""
 
 from __future__ import annotations
 
+import json
+from typing import Annotated, Any
+
+import anyio
 import typer
 
-from ._common import console, loaded_config, print_table
+from ..config import Settings, TelemetrySettings
+from ..meta_tools import MetaTools
+from ..protocols.mcp.catalog import ToolCatalog
+from ..protocols.mcp.manager import MCPManager, ServerState
+from ..protocols.mcp.tool_search import ToolSearchEngine
+from ..spawn import ProfileFilter, plan_spawn
+from ..telemetry import telemetry_session
+from ._common import EXIT_FAILED, console, loaded_config, print_table, progress
+from .metrics import print_summary, scrape, summarize
 
 __all__ = ["register"]
+
+DEMO_TASK = "What time is it in Tokyo right now, and what changed in this repository lately?"
+DEMO_QUERY = "current time in a timezone"
+"""A request in the user's words; the best hit should be the time server's get_current_time."""
+DEMO_CALL_ARGUMENTS: dict[str, Any] = {"timezone": "Asia/Tokyo"}
+
+
+def _heading(step: int, text: str) -> None:
+    console.print(f"\n[bold]{step}. {text}[/bold]")
+
+
+async def _run(settings: Settings, query: str) -> int:
+    failures = 0
+    telemetry_config = TelemetrySettings(exporter="prometheus", prometheus={"host": "127.0.0.1", "port": 0})
+    with telemetry_session(telemetry_config) as telemetry:
+        _heading(1, "connect every configured server (mcp SDK; stdio, streamable HTTP, SSE)")
+        with progress("connecting MCP servers..."):
+            manager = MCPManager(settings)
+            await manager.__aenter__()
+        try:
+            statuses = manager.status()
+            print_table(
+                ["server", "transport", "state", "tools", "error"],
+                [(s.name, s.transport, s.state.value, s.tools, s.error or "") for s in statuses],
+            )
+            if not any(s.state is ServerState.READY for s in statuses):
+                console.print("no server is ready: nothing more to show")
+                return EXIT_FAILED
+            failures += sum(1 for s in statuses if s.state is ServerState.FAILED)
+
+            catalog = await ToolCatalog.from_manager(manager)
+            _heading(2, f"normalized catalog: {len(catalog)} tools, version {catalog.version}")
+            print_table(["qualified name", "server", "summary"], [(e.name, e.server, e.summary) for e in catalog])
+
+            _heading(3, "plan a spawn of agent 'default' in both modes")
+            configured = plan_spawn(DEMO_TASK, "default", settings=settings, catalog=catalog)
+            search_settings = _with_tool_search(settings, threshold_tokens=0)
+            forced = plan_spawn(DEMO_TASK, "default", settings=search_settings, catalog=catalog)
+            threshold = settings.mcp.tool_search.threshold_tokens
+            print_table(
+                ["plan", "mode", "tokens sent", "full catalog", "saved", "directory", "fingerprint"],
+                [
+                    (f"threshold {threshold}", configured.mode, configured.prompt_tokens, configured.full_tokens,
+                     configured.tokens_saved, configured.directory_level, configured.fingerprint[:12]),
+                    ("threshold 0 (forced search)", forced.mode, forced.prompt_tokens, forced.full_tokens,
+                     forced.tokens_saved, forced.directory_level, forced.fingerprint[:12]),
+                ],
+            )
+            console.print(f"decision: {configured.reason}")
+            console.print("search-mode prompt section the agent sees:")
+            console.print(forced.prompt, markup=False)
+
+            profile = settings.agent("default")
+            engine = ToolSearchEngine(lambda: catalog, settings.mcp.tool_search)
+            meta = MetaTools(engine, manager, visibility=ProfileFilter.from_profile(profile), agent="default")
+
+            _heading(4, f"tool_search({query!r})")
+            found = meta.tool_search(query).structured_content or {}
+            hits = found.get("hits", [])
+            print_table(["#", "name", "score", "summary"],
+                        [(i + 1, h["name"], f"{h['score']:.2f}", h["summary"]) for i, h in enumerate(hits)])
+            console.print(f"outcome: {found.get('outcome')} ({engine.ranking_used} ranking)")
+            if not hits:
+                return EXIT_FAILED
+
+            top = hits[0]["name"]
+            _heading(5, f"expand_tools([{top!r}])")
+            expanded = meta.expand_tools([top]).structured_content or {}
+            for tool in expanded.get("tools", []):
+                console.print(json.dumps(tool, indent=2), markup=False)
+
+            _heading(6, f"call_tool({top!r}, {json.dumps(DEMO_CALL_ARGUMENTS)}) through the manager")
+            result = await meta.call_tool(top, DEMO_CALL_ARGUMENTS)
+            text = " ".join(getattr(block, "text", "") for block in result.content).strip()
+            console.print(("error: " if result.is_error else "result: ") + text, markup=False)
+            if result.is_error:
+                failures += 1
+            bad = await meta.call_tool(top, {"timezone": 42})
+            first_line = " ".join(getattr(block, "text", "") for block in bad.content).strip().splitlines()[0]
+            console.print(f"wrong arguments come back as a corrective error: {first_line}", markup=False)
+            meta.tool_search("zzqx unmatched gibberish")  # a miss, to show it counted
+        finally:
+            await manager.__aexit__(None, None, None)
+
+        _heading(7, "metrics, scraped from the Prometheus endpoint the demo served")
+        url = telemetry.prometheus_url
+        print_summary(summarize(scrape(url), url))
+    return EXIT_FAILED if failures else 0
+
+
+def _with_tool_search(settings: Settings, **update: Any) -> Settings:
+    tool_search = settings.mcp.tool_search.model_copy(update=update)
+    return settings.model_copy(update={"mcp": settings.mcp.model_copy(update={"tool_search": tool_search})})
 
 
 def register(app: typer.Typer) -> None:
     @app.command("demo")
-    def demo(ctx: typer.Context) -> None:
-        """Run the main job on the configuration: what exists so far, honestly labelled."""
+    def demo(
+        ctx: typer.Context,
+        query: Annotated[str, typer.Option("--query", "-q", help="What to search for.")] = DEMO_QUERY,
+    ) -> None:
+        """Run the main job: connect, plan both modes, search, expand, call a tool, show the metrics."""
         loaded = loaded_config(ctx)
-        console.print(f"[bold]1. configuration[/bold] {loaded.path} ({loaded.path_reason}) is valid")
-        rows = [
-            (name, server.transport, "yes" if server.enabled else "no", server.command or server.url)
-            for name, server in loaded.settings.mcp.servers.items()
-        ]
-        print_table(["server", "transport", "enabled", "command/url"], rows)
-        console.print("connect, plan, search, expand, call and metrics: not built yet")
+        console.print(f"config: {loaded.path or 'defaults'} ({loaded.path_reason})")
+        code = anyio.run(_run, loaded.settings, query)
+        raise typer.Exit(code)

@@ -29,6 +29,7 @@ __all__ = [
     "SearchSummary",
     "SpawnRow",
     "default_url",
+    "print_summary",
     "register",
     "scrape",
     "summarize",
@@ -239,7 +240,7 @@ def _duration(value: float | None) -> str:
     return f"{value * 1000:.2f} ms" if value < 1 else f"{value:.2f} s"
 
 
-def _print_summary(summary: MetricsSummary) -> None:
+def print_summary(summary: MetricsSummary) -> None:
     search = summary.search
     console.print(f"metrics from {summary.url}")
     print_table(
@@ -314,4 +315,4 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(asdict(summary))
         else:
-            _print_summary(summary)
+            print_summary(summary)
