@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from orchestrator.config import ServerConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TESTS_DIR = Path(__file__).resolve().parent
@@ -23,3 +32,79 @@ def shared_data() -> Path:
     if not (path / "catalogs").is_dir():
         pytest.skip(f"shared data not found at {path} (set ORCHESTRATOR_SHARED_DATA)")
     return path
+
+
+# --------------------------------------------------------------------------- test MCP servers
+# The servers in tests/servers (see tests/servers/README.md): stdio ones are started by whoever
+# connects (give `stdio_server_config(...)` to an MCPManager); HTTP/SSE ones by the helpers below,
+# on 127.0.0.1 with an ephemeral port chosen by the server itself (no port race).
+
+TEST_SERVERS_DIR = TESTS_DIR / "servers"
+HTTP_SERVER_START_TIMEOUT_S = 60.0
+"""Importing the mcp SDK takes about 2 s of CPU; a loaded 2-core machine needs generous slack."""
+
+
+def server_script(name: str) -> str:
+    """Absolute path of a test server script, e.g. `server_script("basic.py")`."""
+    path = TEST_SERVERS_DIR / name
+    if not path.is_file():
+        raise FileNotFoundError(f"no test server {name!r} in {TEST_SERVERS_DIR}")
+    return str(path)
+
+
+def stdio_server_config(script: str, *args: str, **overrides: Any) -> ServerConfig:
+    """A stdio `ServerConfig` running a test server with this interpreter, e.g. `("paged.py", "--tools", "30")`."""
+    return ServerConfig(transport="stdio", command=sys.executable, args=[server_script(script), *args], **overrides)
+
+
+@contextlib.contextmanager
+def running_http_server(script: str, *args: str, transport: str = "streamable-http") -> Iterator[str]:
+    """Run a test server over `streamable-http` or `sse` on 127.0.0.1 and yield its endpoint URL.
+
+    The URL is `http://127.0.0.1:<port>/mcp` (streamable HTTP) or `.../sse` (SSE). The process is
+    terminated (then killed) on exit.
+    """
+    command = [sys.executable, server_script(script), "--transport", transport, *args]
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+    try:
+        port = _read_port(process, command)
+        path = "/mcp" if transport == "streamable-http" else "/sse"
+        yield f"http://127.0.0.1:{port}{path}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def _read_port(process: subprocess.Popen[str], command: list[str]) -> int:
+    assert process.stdout is not None
+    deadline = time.monotonic() + HTTP_SERVER_START_TIMEOUT_S
+    while (remaining := deadline - time.monotonic()) > 0:
+        readable, _, _ = select.select([process.stdout], [], [], remaining)
+        if not readable:
+            break
+        line = process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{' '.join(command)} exited ({process.wait()}) before printing its port")
+        if line.startswith("PORT "):
+            return int(line.split()[1])
+    raise RuntimeError(f"{' '.join(command)} printed no port within {HTTP_SERVER_START_TIMEOUT_S:g} s")
+
+
+@pytest.fixture(scope="session")
+def basic_http_url() -> Iterator[str]:
+    """tests/servers/basic.py over streamable HTTP for the whole session: `http://127.0.0.1:<port>/mcp`."""
+    with running_http_server("basic.py", "--name", "basic-http") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def basic_sse_url() -> Iterator[str]:
+    """tests/servers/basic.py over SSE for the whole session: `http://127.0.0.1:<port>/sse`."""
+    with running_http_server("basic.py", "--name", "basic-sse", transport="sse") as url:
+        yield url

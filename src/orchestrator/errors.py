@@ -10,18 +10,24 @@
     │   └── TransportError            the connection broke (process died, socket closed)
     ├── SearchQueryError              a tool_search query that cannot be run (empty, too long)
     ├── ExpandError                   expand_tools refused (too many names)
-    └── TokenizerError                the tokenizer encoding cannot be loaded
+    ├── CatalogError                  a catalog snapshot or eval query file cannot be read
+    ├── TokenizerError                the tokenizer encoding cannot be loaded
+    └── SemanticUnavailable           hybrid ranking cannot run; search stays lexical
 
 Every message names the thing that is wrong and where (config key path, server, tool).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
+    "CatalogError",
     "ConfigError",
     "ExpandError",
     "OrchestratorError",
     "SearchQueryError",
+    "SemanticUnavailable",
     "ServerError",
     "TokenizerError",
     "ToolCallError",
@@ -75,7 +81,12 @@ class ToolCallTimeout(ToolCallError):
 
 
 class ToolExecutionError(ToolCallError):
-    """The server ran the tool and reported an error (`isError: true`)."""
+    """The server ran the tool and reported an error (`isError: true`); the result is on `.result`."""
+
+    def __init__(self, server: str, tool: str, message: str, result: Any = None) -> None:
+        super().__init__(server, tool, message)
+        self.result = result
+        """The `mcp.types.CallToolResult` with `is_error=True` (synthesised for a JSON-RPC error)."""
 
 
 class TransportError(ToolCallError):
@@ -90,5 +101,22 @@ class ExpandError(OrchestratorError, ValueError):
     """An expand_tools request that is refused, for example over the configured maximum."""
 
 
+class CatalogError(OrchestratorError, ValueError):
+    """A catalog snapshot or eval query file that cannot be read: the message names the file and the problem."""
+
+
 class TokenizerError(OrchestratorError):
     """The configured tokenizer encoding cannot be loaded."""
+
+
+class SemanticUnavailable(OrchestratorError):
+    """The embedding model cannot serve hybrid ranking; tool search falls back to lexical ranking.
+
+    `kind` is a short code for the search metric: `missing_extra`, `hash_mismatch`, `load_failed`,
+    `embed_failed` or `slow_query`; `reason` is the one-line explanation that is logged once.
+    """
+
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(f"semantic ranking unavailable ({kind}): {reason}")
+        self.kind = kind
+        self.reason = reason

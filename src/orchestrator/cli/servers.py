@@ -1,16 +1,89 @@
-"""`orchestrator servers` (MCP manager issue)."""
+"""`orchestrator servers [--json]`: connect to every configured server and show how each one is doing.
+
+One row per server: name, transport, state (ready / failed / stopped), tool count and the error.
+Exit 0 when every enabled server is ready, 1 when any is not (the table still prints).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+import anyio
 import typer
 
-from ._unbuilt import not_built
+from ..config import Settings
+from ..protocols.mcp.manager import MCPManager, ServerState, ServerStatus
+from ._common import EXIT_FAILED, loaded_config, print_json, print_table, progress
 
-__all__ = ["register"]
+__all__ = ["register", "server_rows"]
+
+COLUMNS = ("name", "transport", "state", "tools", "error")
 
 
 def register(app: typer.Typer) -> None:
     @app.command("servers")
-    def servers() -> None:
-        """Connect to every configured server and show its state (not built yet)."""
-        not_built("servers", "MCP manager")
+    def servers(
+        ctx: typer.Context,
+        as_json: Annotated[
+            bool, typer.Option("--json", help="Print a JSON list of {name, transport, state, tools, error}.")
+        ] = False,
+    ) -> None:
+        """Connect to every configured server and show its state, tool count and error."""
+        settings = loaded_config(ctx).settings
+        enabled = sum(1 for config in settings.mcp.servers.values() if config.enabled)
+        with progress(f"Connecting to {enabled} MCP server{'s' if enabled != 1 else ''}…", enabled=not as_json):
+            statuses = anyio.run(_collect, settings)
+        rows = server_rows(statuses)
+        if as_json:
+            print_json(rows)
+        else:
+            print_table(COLUMNS, [[row[column] for column in COLUMNS] for row in rows])
+        if any(status.state is not ServerState.READY for status in statuses if _enabled(settings, status.name)):
+            raise typer.Exit(EXIT_FAILED)
+
+
+def server_rows(statuses: list[ServerStatus]) -> list[dict[str, Any]]:
+    """The `--json` objects (and table rows): name, transport, state, tools (a count) and error."""
+    return [
+        {
+            "name": status.name,
+            "transport": status.transport,
+            "state": str(status.state),
+            "tools": status.tools,
+            "error": status.error,
+        }
+        for status in statuses
+    ]
+
+
+async def _collect(settings: Settings) -> list[ServerStatus]:
+    with _quiet_sdk_logs():
+        async with MCPManager(settings, wait=True) as manager:
+            return manager.status()
+
+
+def _enabled(settings: Settings, name: str) -> bool:
+    config = settings.mcp.servers.get(name)
+    return config is not None and config.enabled
+
+
+@contextlib.contextmanager
+def _quiet_sdk_logs() -> Iterator[None]:
+    """Keep the SDK's logging (a traceback per non-JSON line a server prints) off the terminal.
+
+    Only when the application configured no logging: Python would otherwise print WARNING and above
+    through its last-resort handler. Server problems show in the table instead.
+    """
+    sdk = logging.getLogger("mcp")
+    if logging.getLogger().handlers or sdk.handlers:
+        yield
+        return
+    handler = logging.NullHandler()
+    sdk.addHandler(handler)
+    try:
+        yield
+    finally:
+        sdk.removeHandler(handler)

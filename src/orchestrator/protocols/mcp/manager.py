@@ -1,0 +1,278 @@
+"""The MCP manager: live connections to every configured server, the only part that talks to them.
+
+    async with MCPManager(settings) as manager:       # every enabled server ready or failed
+        manager.tool_lists()                           # server -> tools (tools/list wire shape)
+        await manager.call_tool("time", "get_current_time", {"timezone": "UTC"})
+
+Each server runs in its own long-lived task (`connection.ServerConnection`) inside the manager's task
+group: servers start concurrently, one that hangs or crashes never holds up the others, and closing
+the manager (normally, on an error, or on Ctrl-C/cancellation) cancels that group, which stops every
+child process it started. Enter and exit the manager in the same task.
+
+`version` rises whenever any server's offered tool list changes (a re-list after `list_changed`, a
+server becoming ready or failing); listeners registered with `add_listener` hear every new version.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from types import TracebackType
+from typing import Any
+
+import anyio
+import anyio.abc
+import mcp.types as types
+
+from ... import telemetry
+from ...config import MCPSettings, Settings
+from ...errors import ServerError, ToolCallTimeout, ToolExecutionError, TransportError
+from .cache import ToolListCache
+from .connection import ServerConnection, ServerState, ServerStatus
+
+__all__ = ["Listener", "MCPManager", "ServerState", "ServerStatus"]
+
+logger = logging.getLogger(__name__)
+
+Listener = Callable[[int], Awaitable[None] | None]
+"""Called with the new `version` after every tool-list change; may be sync or async."""
+
+
+class MCPManager:
+    """Connections to the configured MCP servers; use as `async with MCPManager(settings) as manager`."""
+
+    def __init__(
+        self,
+        settings: Settings | MCPSettings,
+        *,
+        servers: Iterable[str] | None = None,
+        wait: bool = True,
+    ) -> None:
+        """
+        Args:
+            settings: the whole `Settings` or just its `mcp` part.
+            servers: only these server names (default: every configured server).
+            wait: True: entering returns once every enabled server is ready or failed (each bounded by
+                its `startup_timeout_s`). False: entering returns at once; tool lists come from the
+                warm-start cache until each server is up, and calls wait for their server to start.
+
+        Raises:
+            ServerError: a name in `servers` is not configured.
+        """
+        mcp_settings = settings.mcp if isinstance(settings, Settings) else settings
+        configured = mcp_settings.servers
+        names = sorted(configured) if servers is None else sorted(set(servers))
+        for name in names:
+            if name not in configured:
+                raise ServerError(name, f"not configured (no mcp.servers.{name}); known: {_known(configured)}")
+        self._configs = {name: configured[name] for name in names}
+        self._wait = wait
+        self._cache = ToolListCache(mcp_settings.cache_dir) if mcp_settings.warm_start else None
+        self._connections = {
+            name: ServerConnection(name, config, on_change=self._bump, cache=self._cache)
+            for name, config in self._configs.items()
+            if config.enabled
+        }
+        self._version = 0
+        self._listeners: list[Listener] = []
+        self._changed: anyio.Event | None = None
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._entered = False
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> MCPManager:
+        if self._entered:
+            raise RuntimeError("MCPManager is already entered; cannot reenter")
+        self._entered = True
+        self._changed = anyio.Event()
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        self._task_group = task_group
+        try:
+            for connection in self._connections.values():
+                connection.prepare()
+                task_group.start_soon(connection.run, name=f"mcp-server:{connection.name}")
+            if self._wait:
+                for connection in self._connections.values():
+                    await connection.wait_settled()
+        except BaseException as exc:
+            await self.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> bool | None:
+        if self._closed or self._task_group is None:
+            return None
+        self._closed = True
+        task_group, self._task_group = self._task_group, None
+        task_group.cancel_scope.cancel()
+        try:
+            # The SDK's stdio shutdown is shielded: each child gets its stdin closed, then SIGTERM and
+            # SIGKILL to its process group if it lingers, all concurrently, even while we are cancelled.
+            # The body's own exception is not handed to the task group, which would wrap it in an
+            # ExceptionGroup; it propagates unchanged once the children are gone.
+            await task_group.__aexit__(None, None, None)
+        finally:
+            for connection in self._connections.values():
+                connection.set_stopped()
+        return None
+
+    # ------------------------------------------------------------------ tools and state
+
+    @property
+    def version(self) -> int:
+        """Rises by one whenever any server's offered tool list changes."""
+        return self._version
+
+    def tool_lists(self) -> dict[str, list[dict[str, Any]]]:
+        """Server name -> its tools in `tools/list` wire shape, untouched; sorted by server name.
+
+        Ready servers give their live list; servers still starting give their cached (or last known)
+        list; failed, stopped and disabled servers are absent.
+        """
+        lists: dict[str, list[dict[str, Any]]] = {}
+        for name in sorted(self._connections):
+            tools = self._connections[name].visible_tools()
+            if tools is not None:
+                lists[name] = [dict(tool) for tool in tools]
+        return lists
+
+    def status(self) -> list[ServerStatus]:
+        """One snapshot per selected server (disabled ones as `stopped`), sorted by name."""
+        statuses = []
+        for name, config in self._configs.items():
+            connection = self._connections.get(name)
+            if connection is not None:
+                statuses.append(connection.status())
+            else:
+                statuses.append(
+                    ServerStatus(
+                        name=name,
+                        transport=config.transport,
+                        state=ServerState.STOPPED,
+                        tools=0,
+                        error=f"disabled (mcp.servers.{name}.enabled: false)",
+                        listed_at=None,
+                        from_cache=False,
+                    )
+                )
+        return statuses
+
+    def is_ready(self, server: str) -> bool:
+        connection = self._connections.get(server)
+        return connection is not None and connection.state is ServerState.READY
+
+    # ------------------------------------------------------------------ calls
+
+    async def call_tool(self, server: str, tool: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
+        """Call `tool` on `server` within its `call_timeout_s`; waits for a server that is (re)starting.
+
+        Returns:
+            The result (never one with `is_error`: that raises `ToolExecutionError`).
+
+        Raises:
+            ServerError: the server is unknown, disabled, failed, stopped, or not up within its
+                `startup_timeout_s`.
+            ToolCallTimeout: no answer within `call_timeout_s`.
+            ToolExecutionError: the tool reported an error (`.result` holds the isError result), or the
+                server answered the request with a JSON-RPC error.
+            TransportError: the connection broke during the call (for example the process died); the
+                manager restarts the server in the background.
+        """
+        connection = self._connection(server)
+        started = time.perf_counter()
+
+        def record(result: telemetry.CallResult) -> None:
+            telemetry.record_tool_call(server, tool, result, time.perf_counter() - started)
+
+        try:
+            result = await connection.call_tool(tool, arguments)
+        except ToolExecutionError:
+            record("tool_error")
+            raise
+        except ToolCallTimeout:
+            record("timeout")
+            raise
+        except (TransportError, ServerError):
+            record("transport_error")
+            raise
+        record("ok")  # a call cancelled by its caller is not recorded: it has no result
+        return result
+
+    def _connection(self, server: str) -> ServerConnection:
+        connection = self._connections.get(server)
+        if connection is not None:
+            if self._task_group is None:
+                raise ServerError(server, "the manager is not running (use `async with MCPManager(...)`)")
+            return connection
+        if server in self._configs:
+            raise ServerError(server, f"disabled (mcp.servers.{server}.enabled: false)")
+        raise ServerError(server, f"unknown server; known: {_known(self._configs)}")
+
+    # ------------------------------------------------------------------ change notification
+
+    def add_listener(self, callback: Listener) -> Callable[[], None]:
+        """Call `callback(version)` after every tool-list change; returns a function that unsubscribes."""
+        self._listeners.append(callback)
+
+        def unsubscribe() -> None:
+            if callback in self._listeners:
+                self._listeners.remove(callback)
+
+        return unsubscribe
+
+    async def wait_for_version(self, above: int, timeout: float) -> int:
+        """Wait until `version > above` and return it.
+
+        Raises:
+            TimeoutError: the version did not rise within `timeout` seconds.
+        """
+        with anyio.fail_after(timeout):
+            while self._version <= above:
+                assert self._changed is not None, "the manager is not running"
+                await self._changed.wait()
+        return self._version
+
+    def _bump(self) -> None:
+        self._version += 1
+        version = self._version
+        if self._changed is not None:
+            event, self._changed = self._changed, anyio.Event()
+            event.set()
+        for callback in list(self._listeners):
+            try:
+                pending = callback(version)
+            except Exception:  # boundary: one faulty listener must not stop the others or the server
+                logger.exception("tool-list listener %r failed", callback)
+                continue
+            if inspect.isawaitable(pending):
+                if self._task_group is None:
+                    _close_awaitable(pending)
+                    continue
+                self._task_group.start_soon(_await_listener, callback, pending)
+
+
+async def _await_listener(callback: Listener, pending: Awaitable[None]) -> None:
+    try:
+        await pending
+    except Exception:  # boundary: a listener's failure is logged, never propagated into the manager
+        logger.exception("tool-list listener %r failed", callback)
+
+
+def _close_awaitable(pending: Awaitable[Any]) -> None:
+    close = getattr(pending, "close", None)
+    if callable(close):
+        close()
+
+
+def _known(configs: Iterable[str]) -> str:
+    return ", ".join(sorted(configs)) or "(none configured)"

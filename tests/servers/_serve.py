@@ -1,0 +1,43 @@
+"""Run an MCP server over the transport named on the command line (shared by the test servers).
+
+stdio: serves stdin/stdout. streamable-http / sse: binds 127.0.0.1 on the given port (0 = an
+ephemeral port), then prints `PORT <n>` on stdout so the starter knows where to connect. The socket
+is listening before the line is printed, so a client may connect as soon as it reads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+from typing import Any
+
+__all__ = ["add_transport_args", "serve"]
+
+
+def add_transport_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--transport", choices=["stdio", "streamable-http", "sse"], default="stdio")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+
+
+def serve(server: Any, args: argparse.Namespace) -> None:
+    """Serve `server` (an MCPServer) over `args.transport`."""
+    if args.transport == "stdio":
+        server.run()
+        return
+    import anyio
+    import uvicorn
+
+    if args.transport == "sse":
+        app = server.sse_app(host=args.host)
+    else:
+        app = server.streamable_http_app(host=args.host)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((args.host, args.port))
+    sock.listen(128)
+    sys.stdout.write(f"PORT {sock.getsockname()[1]}\n")
+    sys.stdout.flush()
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    anyio.run(uvicorn.Server(config).serve, [sock])
