@@ -1,24 +1,201 @@
-"""`orchestrator tools list|search|expand|plan` and `orchestrator eval` (tool-search issue)."""
+"""`orchestrator tools list|search|expand|plan` and `orchestrator eval`.
+
+Every command reads the catalog from the configured servers (started for the command and stopped after),
+or from a snapshot with `--catalog PATH` (a folder of `<server>.json` tools/list results, or one JSON file
+with `{server: [tools]}` or a list of tools that each carry `server`). `--json` prints one JSON document.
+Exit 1 when a search or an eval query finds nothing (the output still prints).
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
 import typer
 
-from ._unbuilt import not_built
+from ..config import Settings
+from ..protocols.mcp.catalog import ToolCatalog
+from ..protocols.mcp.evaluation import evaluate, load_queries
+from ..protocols.mcp.tool_search import ToolSearchEngine, plan_tools
+from ._common import EXIT_FAILED, console, err_console, loaded_config, print_json, print_table, progress
 
-__all__ = ["register"]
+__all__ = ["load_catalog", "register"]
+
+CatalogOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--catalog",
+        help="Snapshot to read instead of connecting to the servers: a folder of <server>.json, or one JSON file.",
+        exists=True,
+        dir_okay=True,
+        file_okay=True,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
+RankingOption = Annotated[
+    str | None, typer.Option("--ranking", help="lexical, hybrid or auto (default: mcp.tool_search.ranking).")
+]
+
+
+def load_catalog(settings: Settings, path: Path | None, *, quiet: bool = False) -> ToolCatalog:
+    """The snapshot at `path`, or the live catalog of every enabled server (failures warned on stderr)."""
+    if path is not None:
+        return ToolCatalog.from_snapshot(path)
+    return anyio.run(_live_catalog, settings, quiet)
+
+
+async def _live_catalog(settings: Settings, quiet: bool) -> ToolCatalog:
+    from ..protocols.mcp.manager import MCPManager, ServerState
+
+    enabled = sum(1 for config in settings.mcp.servers.values() if config.enabled)
+    with progress(f"Connecting to {enabled} MCP server{'s' if enabled != 1 else ''}…", enabled=not quiet):
+        async with MCPManager(settings) as manager:
+            for status in manager.status():
+                if status.state is not ServerState.READY and status.state is not ServerState.STOPPED:
+                    err_console.print(f"warning: server {status.name!r} is {status.state}: {status.error}", markup=False)
+            return await ToolCatalog.from_manager(manager)
 
 
 def register(app: typer.Typer) -> None:
-    tools_app = typer.Typer(help="List, search, expand and plan tools (not built yet).")
+    tools_app = typer.Typer(help="List, search, expand and plan the tools agents are given.", no_args_is_help=True)
 
-    @tools_app.callback(invoke_without_command=True)
-    def _tools() -> None:
-        not_built("tools", "tool search")
+    @tools_app.command("list")
+    def list_(
+        ctx: typer.Context,
+        server: Annotated[str | None, typer.Option("--server", help="Only this server's tools.")] = None,
+        catalog: CatalogOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        """Every tool: qualified name, server and one-line summary."""
+        tools = load_catalog(loaded_config(ctx).settings, catalog, quiet=as_json)
+        entries = [entry for entry in tools if server is None or server in entry.servers]
+        rows = [{"name": e.name, "server": e.server, "tool": e.tool, "summary": e.summary} for e in entries]
+        if as_json:
+            print_json(rows)
+            return
+        print_table(("name", "server", "summary"), [(row["name"], row["server"], row["summary"]) for row in rows])
+        err_console.print(f"{len(rows)} tools, catalog version {tools.version}", markup=False)
+
+    @tools_app.command("search")
+    def search(
+        ctx: typer.Context,
+        query: Annotated[str, typer.Argument(help="What the tool should do, in a few words (or an exact name).")],
+        k: Annotated[int | None, typer.Option("-k", "--limit", min=1, help="Most hits (default: search_limit).")] = None,
+        catalog: CatalogOption = None,
+        ranking: RankingOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        """Rank tools for a request, best first: name, server, score and summary (no schemas)."""
+        settings = loaded_config(ctx).settings
+        engine = ToolSearchEngine(load_catalog(settings, catalog, quiet=as_json), settings.mcp.tool_search, ranking=ranking)
+        hits = engine.search(query, k)
+        if as_json:
+            print_json({"query": query, "outcome": "hit" if hits else "miss", "hits": [hit.to_dict() for hit in hits]})
+        elif hits:
+            print_table(
+                ("#", "name", "score", "summary"),
+                [(rank, hit.name, f"{hit.score:.2f}", hit.summary) for rank, hit in enumerate(hits, 1)],
+            )
+        else:
+            err_console.print(f"no tool matches {query!r} (a miss)", markup=False)
+        if not hits:
+            raise typer.Exit(EXIT_FAILED)
+
+    @tools_app.command("expand")
+    def expand(
+        ctx: typer.Context,
+        names: Annotated[list[str], typer.Argument(help="Qualified (or bare) tool names.")],
+        catalog: CatalogOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        """Full definitions (name, description, input schema), exactly as a model receives them."""
+        settings = loaded_config(ctx).settings
+        engine = ToolSearchEngine(load_catalog(settings, catalog, quiet=as_json), settings.mcp.tool_search)
+        definitions = engine.expand_tools(names)
+        if as_json:
+            print_json({"tools": definitions})
+            return
+        for definition in definitions:
+            _print_definition(definition)
+
+    @tools_app.command("plan")
+    def plan(
+        ctx: typer.Context,
+        catalog: CatalogOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        """What a spawn would be sent: full catalog or search mode, token counts, the prompt section."""
+        settings = loaded_config(ctx).settings
+        tool_plan = plan_tools(load_catalog(settings, catalog, quiet=as_json), settings.mcp.tool_search)
+        if as_json:
+            print_json(tool_plan.to_dict())
+            return
+        saved = tool_plan.full_tokens - tool_plan.prompt_tokens
+        console.print(f"mode: {tool_plan.mode}", markup=False)
+        console.print(f"full catalog: {tool_plan.full_tokens:,} tokens", markup=False)
+        console.print(f"sent: {tool_plan.prompt_tokens:,} tokens ({saved:,} saved)", markup=False)
+        console.print(f"directory: {tool_plan.directory_level}", markup=False)
+        console.print(f"tools sent: {len(tool_plan.tools)} ({', '.join(tool_plan.pinned) or 'none'} pinned)", markup=False)
+        console.print(f"reason: {tool_plan.reason}", markup=False)
+        if tool_plan.prompt:
+            console.print("", markup=False)
+            console.print(tool_plan.prompt, markup=False)
 
     app.add_typer(tools_app, name="tools")
 
     @app.command("eval")
-    def eval_() -> None:
-        """Measure ranking quality on a query set (not built yet)."""
-        not_built("eval", "tool search")
+    def eval_(
+        ctx: typer.Context,
+        queries: Annotated[
+            Path, typer.Argument(help="JSON lines, each with query and gold: a list of (server, tool) pairs.", exists=True)
+        ],
+        catalog: CatalogOption = None,
+        k: Annotated[int, typer.Option("-k", min=1, help="Cut-off for hit@k and recall@k.")] = 5,
+        ranking: RankingOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        """Ranking quality on a query set: hit@1, hit@k, recall@k and MRR (hit@k: any gold tool in the top k)."""
+        settings = loaded_config(ctx).settings
+        query_list = load_queries(queries)
+        tools = load_catalog(settings, catalog, quiet=as_json)
+        engine = ToolSearchEngine(tools, settings.mcp.tool_search, ranking=ranking)
+        with progress(f"Running {len(query_list)} queries…", enabled=not as_json):
+            report = evaluate(engine.search, tools, query_list, k)
+        if as_json:
+            print_json({**report.to_dict(), "ranking": engine.ranking_used})
+        else:
+            print_table(
+                ("queries", "hit@1", f"hit@{k}", f"recall@{k}", "MRR", "misses", "refused", "unknown gold"),
+                [
+                    (
+                        report.queries,
+                        f"{report.hit_at_1:.3f}",
+                        f"{report.hit_at_k:.3f}",
+                        f"{report.recall_at_k:.3f}",
+                        f"{report.mrr:.3f}",
+                        report.misses,
+                        report.refused,
+                        report.unknown_gold,
+                    )
+                ],
+            )
+        if report.misses:
+            raise typer.Exit(EXIT_FAILED)
+
+
+def _print_definition(definition: dict[str, Any]) -> None:
+    """A definition for people: name, description, then one line per parameter."""
+    schema = definition.get("input_schema") or {}
+    required = set(schema.get("required") or [])
+    console.print(definition["name"], markup=False, style="bold")
+    if definition.get("description"):
+        console.print(f"  {definition['description']}", markup=False)
+    for name, prop in (schema.get("properties") or {}).items():
+        prop = prop if isinstance(prop, dict) else {}
+        kind = prop.get("type", "any")
+        flag = ", required" if name in required else ""
+        about = f" - {prop['description']}" if isinstance(prop.get("description"), str) else ""
+        console.print(f"  {name} ({json.dumps(kind) if not isinstance(kind, str) else kind}{flag}){about}", markup=False)
+    console.print("", markup=False)

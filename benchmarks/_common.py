@@ -1,0 +1,109 @@
+"""What the tool-search benchmarks share: data paths, the plain BM25 baseline, replicated catalogs, verdicts."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rank_bm25 import BM25Okapi
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from orchestrator.protocols.mcp.catalog import ToolCatalog, ToolEntry  # noqa: E402
+
+DATA = Path(os.environ.get("ORCHESTRATOR_SHARED_DATA", REPO.parent / "shared" / "data"))
+CATALOGS = DATA / "catalogs"
+RETRIEVAL = DATA / "retrieval"
+SETS = ("stabletoolbench", "api-bank", "metatool")
+
+_PLAIN_WORD = re.compile(r"[A-Z]{2,}(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+
+
+def plain_tokens(text: str) -> list[str]:
+    """The baseline's analysis: words split on case and non-letters, lowercased; no stopwords, no stemming."""
+    return [word.lower() for word in _PLAIN_WORD.findall(text)]
+
+
+def plain_text(entry: ToolEntry) -> str:
+    """The baseline document: server, tool name, description, parameter names and descriptions, once each."""
+    parts = [entry.server, entry.tool, entry.description]
+    properties = entry.input_schema.get("properties")
+    if isinstance(properties, dict):
+        for name, prop in properties.items():
+            parts.append(str(name))
+            if isinstance(prop, dict) and isinstance(prop.get("description"), str):
+                parts.append(prop["description"])
+    return " ".join(parts)
+
+
+class PlainBM25:
+    """The baseline: rank-bm25's BM25Okapi with its defaults over `plain_text`."""
+
+    def __init__(self, catalog: ToolCatalog) -> None:
+        self.names = [entry.name for entry in catalog]
+        self.bm25 = BM25Okapi([plain_tokens(plain_text(entry)) for entry in catalog])
+        self._containing: dict[str, set[int]] = {}
+        for doc_id, frequencies in enumerate(self.bm25.doc_freqs):
+            for term in frequencies:
+                self._containing.setdefault(term, set()).add(doc_id)
+
+    def ranking(self, query: str, depth: int) -> list[str]:
+        """Documents sharing a word with the query, best first (ties by name), at most `depth`."""
+        terms = plain_tokens(query)
+        candidates = sorted(set().union(*(self._containing.get(term, ()) for term in terms)))
+        # get_batch_scores: the library's own scores, for the documents that can rank at all.
+        scores = dict(zip(candidates, self.bm25.get_batch_scores(terms, candidates))) if candidates else {}
+        candidates.sort(key=lambda i: (-scores[i], i))
+        return [self.names[i] for i in candidates[:depth]]
+
+
+def replicated_lists(size: int) -> dict[str, list[dict[str, Any]]]:
+    """`size` tools made from the 590 real ones: copy r of server S is server `S-r<r>` with tool names
+    suffixed `_r<r>` (normalization would collapse exact copies), taken in server order, copy by copy."""
+    real = {path.stem: json.loads(path.read_text()) for path in sorted(CATALOGS.glob("*.json"))}
+    lists: dict[str, list[dict[str, Any]]] = {}
+    total = copy = 0
+    while total < size:
+        for server, tools in real.items():
+            for tool in tools:
+                if total == size:
+                    return lists
+                name = server if copy == 0 else f"{server}-r{copy}"
+                renamed = tool if copy == 0 else {**tool, "name": f"{tool['name']}_r{copy}"}
+                lists.setdefault(name, []).append(renamed)
+                total += 1
+        copy += 1
+    return lists
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def percentile(values: Sequence[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """A plain aligned table on stdout."""
+    cells = [[str(cell) for cell in header], *[[str(cell) for cell in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    for row in cells:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+def same_scores(a: np.ndarray, b: np.ndarray) -> bool:
+    return bool(np.array_equal(a, b))

@@ -1,0 +1,180 @@
+"""Search speed: query latency, index build and planning, next to rank-bm25's get_scores.
+
+    .venv/bin/python benchmarks/speed.py [--queries N] [--repeats N]
+
+Catalogs of 100, 1,000 and 10,000 tools are made from the 590 real ones (../shared/data/catalogs): copy r of
+server S is `S-r<r>` with tool names suffixed `_r<r>`. Queries are real requests from the three retrieval
+sets (long ones: about 20 words; the first N of each set that fit the 1,000-character limit).
+
+- query: `ToolSearchEngine.search(query, k=8)` wall time, everything included (analysis, scoring over the
+  documents that share a term, top-k, hits, telemetry); p50 and p90.
+- baseline: rank-bm25 `get_scores` over every document for the same analysed query, plus a top-k
+  argsort. Both score sets are compared for every query: they must be identical (bit for bit).
+- index build: a fresh engine's first index (its analyzer empty): the process's first build, then the
+  best and median of --repeats more. Copies repeat the real tools' texts, and
+  the analyzer caches per text, so the 10,000-tool build analyses 590 tools' texts (and 10,000 names) once;
+  the "unique text" line builds stabletoolbench's 2,403 real tools, where nothing repeats. "rebuild" is the
+  index after one server's tools changed (the event a gateway sees), with the analyzer kept.
+- plan: `plan_tools` on the unchanged 590-tool catalog (cached per catalog version and settings), and the
+  first, uncached plan.
+
+Targets: p50 <= 1 ms at 1,000 tools, <= 3 ms at 10,000, growing less than linearly; at 10,000 tools at
+least 10x faster than get_scores; index build <= 300 ms at 10,000; plan on an unchanged catalog <= 1 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+
+import numpy as np
+from _common import CATALOGS, RETRIEVAL, SETS, median, percentile, replicated_lists, same_scores, table, verdict
+
+from orchestrator.config import ToolSearchSettings
+from orchestrator.protocols.mcp import tool_search
+from orchestrator.protocols.mcp.catalog import ToolCatalog
+from orchestrator.protocols.mcp.evaluation import load_queries
+from orchestrator.protocols.mcp.tool_search import MAX_QUERY_CHARS, ToolSearchEngine, plan_tools
+
+SIZES = (100, 1_000, 10_000)
+K = 8
+TARGET_P50_MS = {1_000: 1.0, 10_000: 3.0}
+TARGET_SPEEDUP = 10.0
+TARGET_BUILD_MS = 300.0
+TARGET_PLAN_MS = 1.0
+
+
+def queries(per_set: int) -> list[str]:
+    chosen: list[str] = []
+    for name in SETS:
+        texts = [q.query for q in load_queries(RETRIEVAL / name / "queries.jsonl") if len(q.query) <= MAX_QUERY_CHARS]
+        chosen.extend(texts[:per_set])
+    return chosen
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.3f}"
+
+
+def build_ms(catalog: ToolCatalog, repeats: int) -> tuple[float, float, float]:
+    """First, best and median wall time (ms) of a fresh engine's first index build.
+
+    The first build of a process also pays for growing Python's heap; the next `repeats` builds (each a
+    new engine with an empty analyzer) are what an index build costs in a running gateway. The target is
+    checked against the best of them (timeit's convention: slower runs measure other processes on the
+    machine, not the build); the median is printed next to it.
+    """
+    times = []
+    for _ in range(repeats + 1):
+        engine = ToolSearchEngine(catalog, ranking="lexical")
+        gc.collect()
+        started = time.perf_counter()
+        engine.catalog  # noqa: B018  # builds the index
+        times.append(time.perf_counter() - started)
+    first, rest = times[0], times[1:]
+    return first * 1000, min(rest) * 1000, median(rest) * 1000
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--queries", type=int, default=100, help="queries per retrieval set (default 100)")
+    parser.add_argument("--repeats", type=int, default=5, help="index builds per size (median reported)")
+    args = parser.parse_args()
+    texts = queries(args.queries)
+    print(f"{len(texts)} queries from {', '.join(SETS)}; k={K}\n")
+
+    rows = []
+    p50: dict[int, float] = {}
+    speedup: dict[int, float] = {}
+    build: dict[int, tuple[float, float, float]] = {}
+    identical: dict[int, int] = {}
+    for size in SIZES:
+        catalog = ToolCatalog.from_lists(replicated_lists(size))
+        build[size] = build_ms(catalog, args.repeats)
+        engine = ToolSearchEngine(catalog, ranking="lexical")
+        index = engine._current().index  # the engine's own index: the baseline scores the same documents
+        assert index.bm25 is not None
+        index.bm25.doc_freqs  # noqa: B018  # built once here, not inside the baseline's timings
+        for text in texts[:10]:  # warm-up
+            engine.search(text, K)
+        ours, theirs = [], []
+        same = 0
+        for text in texts:
+            started = time.perf_counter()
+            engine.search(text, K)
+            ours.append(time.perf_counter() - started)
+            terms = index.query_terms(text)
+            started = time.perf_counter()
+            scores = index.bm25.get_scores(terms)
+            np.argsort(-scores, kind="stable")[:K]
+            theirs.append(time.perf_counter() - started)
+            same += same_scores(index.scores(terms)[0], scores)
+        p50[size] = median(ours) * 1000
+        speedup[size] = median(theirs) / median(ours)
+        identical[size] = same
+        rows.append(
+            [
+                f"{len(catalog):,}",
+                ms(median(ours)),
+                ms(percentile(ours, 0.9)),
+                ms(median(theirs)),
+                f"{speedup[size]:.0f}x",
+                f"{same}/{len(texts)}",
+                f"{build[size][0]:.0f} / {build[size][1]:.0f} / {build[size][2]:.0f}",
+            ]
+        )
+    table(["tools", "p50 ms", "p90 ms", "get_scores p50 ms", "speed-up", "identical scores", "index build ms first / best / median"], rows)
+
+    # Index build on real text that never repeats, and a rebuild after one server changed.
+    stb = ToolCatalog.from_snapshot(RETRIEVAL / "stabletoolbench" / "tools.json")
+    unique_first, unique_best, unique_median = build_ms(stb, args.repeats)
+    lists = replicated_lists(10_000)
+    changed = {**lists, "github": [{**tool, "description": f"{tool.get('description', '')} (v2)"} for tool in lists["github"]]}
+    before, after = ToolCatalog.from_lists(lists), ToolCatalog.from_lists(changed)
+    rebuilds = []
+    for _ in range(args.repeats):
+        current = {"catalog": before}
+        engine = ToolSearchEngine(lambda: current["catalog"], ranking="lexical")
+        engine.catalog  # noqa: B018
+        current["catalog"] = after
+        started = time.perf_counter()
+        engine.catalog  # noqa: B018
+        rebuilds.append(time.perf_counter() - started)
+        current["catalog"] = before
+    print(f"\nindex build, stabletoolbench's 2,403 real tools (no repeated text): first {unique_first:.0f} ms, best {unique_best:.0f} ms, median {unique_median:.0f} ms")
+    print(f"index rebuild at 10,030 tools after one server's 86 descriptions changed: {median(rebuilds) * 1000:.0f} ms")
+
+    # Planning a spawn.
+    real = ToolCatalog.from_snapshot(CATALOGS)
+    settings = ToolSearchSettings()
+    tool_search._plans.clear()
+    started = time.perf_counter()
+    first = plan_tools(real, settings)
+    first_ms = (time.perf_counter() - started) * 1000
+    plans = []
+    for _ in range(200):
+        started = time.perf_counter()
+        plan_tools(real, settings)
+        plans.append(time.perf_counter() - started)
+    plan_ms = median(plans) * 1000
+    print(f"plan_tools, 590 real tools ({first.mode} mode): first {first_ms:.0f} ms, unchanged catalog p50 {plan_ms:.3f} ms")
+
+    growth = p50[10_000] / p50[1_000]
+    checks = [
+        (f"p50 at 1,000 tools {p50[1_000]:.3f} ms <= {TARGET_P50_MS[1_000]} ms", p50[1_000] <= TARGET_P50_MS[1_000]),
+        (f"p50 at 10,000 tools {p50[10_000]:.3f} ms <= {TARGET_P50_MS[10_000]} ms", p50[10_000] <= TARGET_P50_MS[10_000]),
+        (f"p50 grows less than linearly: x{growth:.1f} for 10x the tools", growth < 10),
+        (f"at 10,000 tools {speedup[10_000]:.0f}x faster than get_scores (>= {TARGET_SPEEDUP:.0f}x)", speedup[10_000] >= TARGET_SPEEDUP),
+        (f"scores identical to get_scores for every query ({sum(identical.values())}/{len(texts) * len(SIZES)})", all(v == len(texts) for v in identical.values())),
+        (f"index build at 10,000 tools {build[10_000][1]:.0f} ms (best of {args.repeats}) <= {TARGET_BUILD_MS:.0f} ms", build[10_000][1] <= TARGET_BUILD_MS),
+        (f"plan on an unchanged catalog {plan_ms:.3f} ms <= {TARGET_PLAN_MS} ms", plan_ms <= TARGET_PLAN_MS),
+    ]
+    print("\nTargets")
+    for label, ok in checks:
+        print(f"  {verdict(ok)}  {label}")
+    return 0 if all(ok for _label, ok in checks) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

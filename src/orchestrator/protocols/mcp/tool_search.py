@@ -1,0 +1,464 @@
+"""Tool search: the per-spawn full-or-directory decision, BM25 search and expand_tools, in one place.
+
+    plan_tools(catalog, settings) -> ToolPlan
+        full    every definition is sent: `enabled` is false, or they cost <= `threshold_tokens`
+        search  the fixed header + a compact directory (see directory.py), the meta-tool definitions
+                (`tool_search`, `expand_tools`) and the pinned tools with full schemas
+
+    ToolSearchEngine(catalog).search(query)      exact name / `select:NAME` first, then BM25 (ranking.py)
+    ToolSearchEngine(catalog).expand_tools(names) full definitions, refused over `max_expand`
+
+The catalog, token counting, analysis and the directory live in their own modules; this one decides.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from ... import telemetry
+from ...config import ToolSearchSettings
+from ...errors import ExpandError, SearchQueryError, ToolNotFoundError
+from .catalog import ToolCatalog, ToolEntry
+from .directory import DIRECTORY_HEADER, Directory, build_directory
+from .ranking import Analyzer, LexicalIndex
+from .tokens import count_definition_tokens, count_tokens
+
+__all__ = [
+    "MAX_QUERY_CHARS",
+    "META_TOOL_DEFINITIONS",
+    "SELECT_PREFIX",
+    "ScoreBlend",
+    "SearchHit",
+    "ToolCatalog",
+    "ToolEntry",
+    "ToolPlan",
+    "ToolSearchEngine",
+    "count_tokens",
+    "plan_tools",
+]
+
+MAX_QUERY_CHARS = 1000
+"""A tool_search query is a few words; anything this long is a pasted document, refused with a message."""
+SELECT_PREFIX = "select:"
+"""`select:NAME[,NAME...]` returns exactly those tools, unranked (the convention Claude's tool search uses)."""
+SUGGESTIONS = 3
+"""Closest names listed when expand_tools gets a name that does not exist."""
+_SUGGESTION_CUTOFF = 0.6
+"""difflib similarity below which a name is not offered as a correction."""
+_PLAN_CACHE_SIZE = 64
+"""Plans kept per process (catalog version x settings); a gateway serves a handful of profiles."""
+
+META_TOOL_DEFINITIONS: tuple[dict[str, Any], ...] = (
+    {
+        "name": "tool_search",
+        "description": (
+            "Search the tools that are available but not loaded. Give a few words saying what you need; "
+            "returns matching tool names with one-line summaries and scores, best first (no schemas). "
+            "An exact tool name, or select:NAME, returns that tool."
+        ),
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "What the tool should do, in a few words."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 100, "description": "Most results."},
+            },
+            "required": ["query"],
+        },
+    },
+    {
+        "name": "expand_tools",
+        "description": (
+            "Load the full definitions (description and input schema) of tools by their exact names, "
+            "as returned by tool_search or listed in the directory, so they can be called."
+        ),
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "names": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "minItems": 1,
+                    "description": "Exact tool names to load.",
+                }
+            },
+            "required": ["names"],
+        },
+    },
+)
+"""The definitions search mode sends instead of the catalog; the gateway serves the same two."""
+
+
+# --------------------------------------------------------------------------- plan
+
+
+@dataclass(frozen=True)
+class ToolPlan:
+    """What one spawn is sent: the tools section of its prompt and its tool definitions."""
+
+    mode: Literal["full", "search"]
+    full_tokens: int
+    """Tokens of every tool definition as it would be sent (the counting rule is in tokens.py)."""
+    prompt_tokens: int
+    """Tokens actually sent in this mode: `prompt` plus every definition in `tools`."""
+    reason: str
+    directory_level: Literal["none", "lines", "names", "servers"]
+    """"none" in full mode."""
+    prompt: str
+    """The tools section of the system prompt: empty in full mode, header + directory in search mode."""
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    """Definitions sent: every tool (full), or the meta-tools then the pinned tools (search)."""
+    pinned: list[str] = field(default_factory=list)
+    """Qualified names matched by the `pinned` globs, sorted."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, as `orchestrator tools plan --json` prints it."""
+        return {
+            "mode": self.mode,
+            "full_tokens": self.full_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "directory_level": self.directory_level,
+            "reason": self.reason,
+            "pinned": list(self.pinned),
+            "prompt": self.prompt,
+            "tools": [dict(tool) for tool in self.tools],
+        }
+
+
+_plans: dict[tuple[str, str], ToolPlan] = {}
+_plans_lock = threading.Lock()
+
+
+def plan_tools(catalog: ToolCatalog, settings: ToolSearchSettings) -> ToolPlan:
+    """Full or search mode for one spawn, with the prompt section and definitions to send.
+
+    Full when `settings.enabled` is false or every definition together costs at most
+    `threshold_tokens`; search mode otherwise. The same catalog version and settings give the same plan,
+    byte for byte (and from a cache, so planning an unchanged catalog costs microseconds).
+
+    Raises:
+        TokenizerError: `settings.tokenizer` cannot be loaded.
+    """
+    key = (catalog.version, settings.model_dump_json())
+    cached = _plans.get(key)
+    if cached is None:
+        cached = _plan(catalog, settings)
+        with _plans_lock:
+            if len(_plans) >= _PLAN_CACHE_SIZE:
+                _plans.pop(next(iter(_plans)))
+            _plans[key] = cached
+    # Fresh lists, so a caller that edits its plan cannot change the next spawn's.
+    return ToolPlan(
+        mode=cached.mode,
+        full_tokens=cached.full_tokens,
+        prompt_tokens=cached.prompt_tokens,
+        reason=cached.reason,
+        directory_level=cached.directory_level,
+        prompt=cached.prompt,
+        tools=[dict(tool) for tool in cached.tools],
+        pinned=list(cached.pinned),
+    )
+
+
+def _plan(catalog: ToolCatalog, settings: ToolSearchSettings) -> ToolPlan:
+    encoding = settings.tokenizer
+    full_tokens = sum(_definition_tokens(entry, encoding) for entry in catalog)
+    pinned = [entry for entry in catalog if _is_pinned(entry.name, settings.pinned)]
+    pinned_names = [entry.name for entry in pinned]
+    threshold = settings.threshold_tokens
+    if not settings.enabled or full_tokens <= threshold:
+        reason = (
+            "tool search disabled (mcp.tool_search.enabled: false): every tool is sent"
+            if not settings.enabled
+            else f"full catalog {full_tokens:,} tokens <= threshold_tokens {threshold:,}: every tool is sent"
+        )
+        return ToolPlan(
+            mode="full",
+            full_tokens=full_tokens,
+            prompt_tokens=full_tokens,
+            reason=reason,
+            directory_level="none",
+            prompt="",
+            tools=[entry.definition() for entry in catalog],
+            pinned=pinned_names,
+        )
+    directory = build_directory(catalog, settings.directory_budget_tokens, encoding)
+    prompt = f"{DIRECTORY_HEADER}\n\n{_directory_title(directory)}\n{directory.text}"
+    tools = [dict(definition) for definition in META_TOOL_DEFINITIONS] + [entry.definition() for entry in pinned]
+    prompt_tokens = (
+        count_tokens(prompt, encoding)
+        + sum(count_definition_tokens(definition, encoding) for definition in META_TOOL_DEFINITIONS)
+        + sum(_definition_tokens(entry, encoding) for entry in pinned)
+    )
+    return ToolPlan(
+        mode="search",
+        full_tokens=full_tokens,
+        prompt_tokens=prompt_tokens,
+        reason=_search_reason(full_tokens, threshold, directory, settings.directory_budget_tokens, len(pinned)),
+        directory_level=directory.level,
+        prompt=prompt,
+        tools=tools,
+        pinned=pinned_names,
+    )
+
+
+def _definition_tokens(entry: ToolEntry, encoding: str) -> int:
+    return count_definition_tokens(entry.definition(), encoding, key=entry.digest)
+
+
+def _is_pinned(name: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def _directory_title(directory: Directory) -> str:
+    return {
+        "lines": "### Directory (name - summary)",
+        "names": "### Directory (server (tool count): tool names)",
+        "servers": "### Directory (server (tool count): what its tools are about; use tool_search for names)",
+    }[directory.level]
+
+
+def _search_reason(full: int, threshold: int, directory: Directory, budget: int, pinned: int) -> str:
+    reason = f"full catalog {full:,} tokens > threshold_tokens {threshold:,}: search mode, directory level {directory.level}"
+    if directory.tried:
+        needed = ", ".join(f"{level} {tokens:,}" for level, tokens in directory.tried)
+        reason += f" ({needed} tokens > directory_budget_tokens {budget:,})"
+    if directory.over_budget:
+        reason += f"; even one line per server needs {directory.tokens:,} tokens, over budget, every server kept"
+    if pinned:
+        reason += f"; {pinned} pinned tool{'s' if pinned != 1 else ''} sent with full schemas"
+    return reason
+
+
+# --------------------------------------------------------------------------- search
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One tool_search result: enough to choose a tool, never its schema."""
+
+    name: str
+    server: str
+    tool: str
+    summary: str
+    score: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "server": self.server, "tool": self.tool, "summary": self.summary, "score": self.score}
+
+
+class ScoreBlend(Protocol):
+    """A second ranking opinion blended with BM25: the seam for the optional embedding scorer.
+
+    The engine calls `prepare` once per catalog version (when the lexical index is rebuilt) and `blend`
+    on every ranked query, with BM25 scores for every document (0 where no query term matches) and the
+    ids of the documents sharing a term with the query. It returns scores and candidate ids the same way:
+    only candidates can be returned, so a query with no candidates is a miss. Document ids are positions
+    in `catalog.entries`. Exact-name and `select:` lookups never reach it.
+    """
+
+    def prepare(self, catalog: ToolCatalog) -> None: ...
+
+    def blend(self, query: str, lexical: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+@dataclass(frozen=True)
+class _State:
+    """The index for one catalog version."""
+
+    catalog: ToolCatalog
+    index: LexicalIndex
+
+
+class ToolSearchEngine:
+    """BM25 search and expand_tools over a catalog that may change.
+
+    Args:
+        catalog: a catalog, or a callable returning the current one (e.g. over a live manager). The
+            index is rebuilt when the returned catalog's version changes, and only then.
+        settings: `mcp.tool_search` (defaults when omitted).
+        ranking: overrides `settings.ranking`. "lexical" is BM25. "hybrid" and "auto" blend in the
+            embedding scorer when it is installed and loads, and are BM25 otherwise (`ranking_used`
+            says which is in effect).
+        blend: an explicit `ScoreBlend` (tests, custom scorers); otherwise found for hybrid/auto.
+    """
+
+    def __init__(
+        self,
+        catalog: ToolCatalog | Callable[[], ToolCatalog],
+        settings: ToolSearchSettings | None = None,
+        *,
+        ranking: str | None = None,
+        blend: ScoreBlend | None = None,
+    ) -> None:
+        self._settings = settings or ToolSearchSettings()
+        self._source: Callable[[], ToolCatalog] = (
+            (lambda fixed=catalog: fixed) if isinstance(catalog, ToolCatalog) else catalog
+        )
+        requested = ranking or self._settings.ranking
+        if requested not in ("lexical", "hybrid", "auto"):
+            raise ValueError(f"ranking must be lexical, hybrid or auto, not {requested!r}")
+        self.ranking = requested
+        """The ranking asked for."""
+        self._blend = blend if blend is not None or requested == "lexical" else _find_blend(self._settings)
+        self._state: _State | None = None
+        self._analyzer = Analyzer()  # kept across rebuilds: a changed catalog re-analyses only new text
+        self._lock = threading.Lock()
+        self.index_builds = 0
+        """How many times the index was built (once per catalog version seen)."""
+
+    @property
+    def settings(self) -> ToolSearchSettings:
+        return self._settings
+
+    @property
+    def ranking_used(self) -> Literal["lexical", "hybrid"]:
+        """The ranking in effect: "hybrid" only when a blend is available."""
+        return "hybrid" if self._blend is not None else "lexical"
+
+    @property
+    def catalog(self) -> ToolCatalog:
+        """The current catalog (indexed: the index is brought up to date first)."""
+        return self._current().catalog
+
+    def _current(self) -> _State:
+        catalog = self._source()
+        state = self._state
+        if state is not None and state.catalog.version == catalog.version:
+            return state
+        with self._lock:
+            state = self._state
+            if state is None or state.catalog.version != catalog.version:
+                state = _State(catalog, LexicalIndex(catalog.entries, self._analyzer))
+                if self._blend is not None:
+                    self._blend.prepare(catalog)
+                self._state = state
+                self.index_builds += 1
+        return state
+
+    # ------------------------------------------------------------------ search
+
+    def search(self, query: str, k: int | None = None) -> list[SearchHit]:
+        """The best `k` tools for `query` (default `search_limit`), best first; [] is a miss.
+
+        An exact qualified or bare tool name comes first without ranking, and `select:A,B` returns exactly
+        those tools. Otherwise BM25; ties are broken by qualified name. Records one search metric.
+
+        Raises:
+            SearchQueryError: the query is empty, over MAX_QUERY_CHARS, or k is below 1.
+        """
+        if not isinstance(query, str) or not query.strip():
+            raise SearchQueryError("tool_search query is empty: describe the tool you need in a few words")
+        if len(query) > MAX_QUERY_CHARS:
+            raise SearchQueryError(
+                f"tool_search query is {len(query):,} characters; the limit is {MAX_QUERY_CHARS:,}: "
+                "describe the tool you need in a few words"
+            )
+        limit = self._settings.search_limit if k is None else k
+        if limit < 1:
+            raise SearchQueryError(f"tool_search limit must be at least 1, got {limit}")
+        with telemetry.span("tool_search", limit=limit):
+            started = time.perf_counter()
+            state = self._current()
+            hits = self._search(state, query.strip(), limit)
+            telemetry.record_search("hit" if hits else "miss", time.perf_counter() - started, len(hits))
+        return hits
+
+    def _search(self, state: _State, query: str, limit: int) -> list[SearchHit]:
+        entries = state.catalog.entries
+        if query[: len(SELECT_PREFIX)].lower() == SELECT_PREFIX:
+            names = [name.strip() for name in query[len(SELECT_PREFIX) :].split(",")]
+            chosen = list(dict.fromkeys(doc for name in names if name for doc in self._exact(state, name)[:1]))
+            return [_hit(entries[doc], 1.0) for doc in chosen[:limit]]
+        exact = self._exact(state, query)
+        scores, candidates = self._scores(state, query)
+        ranked = LexicalIndex.top(scores, candidates, limit + len(exact))
+        rest = [(doc, score) for doc, score in ranked if doc not in exact][: max(0, limit - len(exact))]
+        best = max((score for _doc, score in rest), default=0.0)
+        # Exact matches outrank everything, and their score says so without leaving JSON's number range.
+        first = [_hit(entries[doc], float(max(best, 0.0) + 1.0)) for doc in exact[:limit]]
+        return first + [_hit(entries[doc], score) for doc, score in rest]
+
+    @staticmethod
+    def _exact(state: _State, name: str) -> list[int]:
+        """Document ids of the tools `name` names exactly (qualified name, alias or bare name)."""
+        catalog = state.catalog
+        return [catalog.position(entry.name) for entry in catalog.matches(name)]
+
+    def _scores(self, state: _State, query: str) -> tuple[np.ndarray, np.ndarray]:
+        """Scores for every document and the ids that may be returned: the one place ranking happens."""
+        scores, candidates = state.index.scores(state.index.query_terms(query))
+        if self._blend is not None:
+            scores, candidates = self._blend.blend(query, scores, candidates)
+        return scores, candidates
+
+    # ------------------------------------------------------------------ expand
+
+    def expand_tools(self, names: Sequence[str]) -> list[dict[str, Any]]:
+        """Full definitions (`name`, `description`, `input_schema`) for `names`, in the order asked.
+
+        Qualified names, aliases and bare tool names are accepted; repeats are ignored. Records one
+        expand metric.
+
+        Raises:
+            ExpandError: no names, or more distinct names than `max_expand`.
+            ToolNotFoundError: a name the catalog does not hold (lists the closest known names).
+        """
+        if isinstance(names, str):
+            names = [names]
+        wanted = list(dict.fromkeys(str(name).strip() for name in names if str(name).strip()))
+        if not wanted:
+            raise ExpandError("expand_tools needs at least one tool name")
+        limit = self._settings.max_expand
+        if len(wanted) > limit:
+            raise ExpandError(
+                f"expand_tools was asked for {len(wanted)} tools; the limit is {limit} per call "
+                "(mcp.tool_search.max_expand): ask only for the tools you will call"
+            )
+        with telemetry.span("expand_tools", count=len(wanted)):
+            state = self._current()
+            chosen: dict[int, None] = {}
+            for name in wanted:
+                docs = self._exact(state, name)
+                if not docs:
+                    raise ToolNotFoundError(name, self._closest(state, name))
+                chosen.setdefault(docs[0])
+            definitions = [state.catalog.entries[doc].definition() for doc in chosen]
+            telemetry.record_expand(len(definitions))
+        return definitions
+
+    def _closest(self, state: _State, name: str) -> list[str]:
+        """Known names nearest to `name`: by spelling, else by what its words are about."""
+        entries = state.catalog.entries
+        by_spelling = difflib.get_close_matches(name, [entry.name for entry in entries], SUGGESTIONS, _SUGGESTION_CUTOFF)
+        bare = difflib.get_close_matches(name, [entry.tool for entry in entries], SUGGESTIONS, _SUGGESTION_CUTOFF)
+        suggestions = list(dict.fromkeys([*by_spelling, *(entries[self._exact(state, tool)[0]].name for tool in bare)]))
+        if not suggestions:
+            scores, candidates = state.index.scores(state.index.query_terms(name))
+            suggestions = [entries[doc].name for doc, _ in LexicalIndex.top(scores, candidates, SUGGESTIONS)]
+        return suggestions[:SUGGESTIONS]
+
+
+def _hit(entry: ToolEntry, score: float) -> SearchHit:
+    return SearchHit(entry.name, entry.server, entry.tool, entry.summary, score)
+
+
+def _find_blend(settings: ToolSearchSettings) -> ScoreBlend | None:
+    """The embedding scorer for hybrid/auto ranking, or None (lexical) when it is not installed.
+
+    The optional `semantic` module provides `create_blend(settings) -> ScoreBlend | None` and returns
+    None (after logging why) when its extra or model is unavailable: hybrid fails open to lexical.
+    """
+    try:
+        from . import semantic
+    except ImportError:
+        return None
+    create = getattr(semantic, "create_blend", None)
+    return create(settings) if callable(create) else None

@@ -1,0 +1,296 @@
+"""ToolSearchEngine: BM25 ranking, exact names, misses, errors, expand_tools, re-indexing, telemetry."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from orchestrator import telemetry
+from orchestrator.config import ToolSearchSettings
+from orchestrator.errors import ExpandError, SearchQueryError, ToolNotFoundError
+from orchestrator.protocols.mcp.catalog import ToolCatalog
+from orchestrator.protocols.mcp.evaluation import evaluate, load_queries
+from orchestrator.protocols.mcp.ranking import Analyzer, LexicalIndex, split_words, tool_document
+from orchestrator.protocols.mcp.tool_search import MAX_QUERY_CHARS, SearchHit, ToolSearchEngine
+
+
+def tool(name: str, description: str, **properties: str) -> dict[str, Any]:
+    schema = {"type": "object", "properties": {key: {"type": "string", "description": text} for key, text in properties.items()}}
+    return {"name": name, "description": description, "inputSchema": schema}
+
+
+TOOLS = {
+    "github": [
+        tool("create_issue", "Create a new issue in a GitHub repository", owner="Repository owner", title="Issue title"),
+        tool("list_issues", "List issues in a GitHub repository", owner="Repository owner", state="open or closed"),
+        tool("create_pull_request", "Open a pull request", head="Branch with the changes", base="Target branch"),
+        tool("getUserProfile", "Show a person's public account page"),
+    ],
+    "files": [
+        tool("read_file", "Read the complete contents of a file from the file system", path="Path of the file"),
+        tool("write_file", "Create or overwrite a file", path="Path of the file", content="Text to write"),
+        tool("list_directory", "List the entries of a directory", path="Directory path"),
+    ],
+    "time": [
+        tool("get_current_time", "Get current time in a specific timezone", timezone="IANA timezone name"),
+        tool("convert_time", "Convert time between timezones", source_timezone="Source IANA timezone"),
+    ],
+    "db": [tool("run_query", "Run a read-only statement", sql="The SQL query to run against Postgres")],
+    "weather": [
+        tool("forecast", "Forecast for a city"),
+        tool(
+            "city_guide",
+            "A long guide to a city: sights, food, transport, history, museums, parks, neighbourhoods, "
+            "nightlife, shopping, and the weather in every season.",
+        ),
+    ],
+}
+
+
+@pytest.fixture
+def catalog() -> ToolCatalog:
+    return ToolCatalog.from_lists(TOOLS)
+
+
+@pytest.fixture
+def engine(catalog: ToolCatalog) -> ToolSearchEngine:
+    return ToolSearchEngine(catalog, ToolSearchSettings(search_limit=5, max_expand=3), ranking="lexical")
+
+
+@pytest.fixture
+def reader() -> Iterator[InMemoryMetricReader]:
+    metric_reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[metric_reader])
+    telemetry.use_meter_provider(provider)
+    yield metric_reader
+    telemetry.shutdown_telemetry()
+    provider.shutdown()
+
+
+def names(hits: list[SearchHit]) -> list[str]:
+    return [hit.name for hit in hits]
+
+
+# --------------------------------------------------------------------------- ranking
+
+
+def test_a_request_in_plain_words_finds_the_tool(engine: ToolSearchEngine) -> None:
+    hits = engine.search("please read the contents of a file")
+    assert hits[0].name == "files__read_file"
+    assert (hits[0].server, hits[0].tool) == ("files", "read_file")
+    assert hits[0].summary == "Read the complete contents of a file from the file system"
+    assert hits == sorted(hits, key=lambda hit: -hit.score)
+
+
+def test_names_split_on_case_digits_underscores_dashes_and_dots() -> None:
+    assert split_words("getHTTPResponse_v2.json") == ["get", "http", "response", "v", "2", "json"]
+    assert split_words("list-pull-requests.v1 Café") == ["list", "pull", "requests", "v", "1", "café"]
+    assert Analyzer().terms("Please can you get me the running issues") == ["run", "issu"]
+
+
+def test_camel_case_names_are_split_into_words(engine: ToolSearchEngine) -> None:
+    assert names(engine.search("user profile"))[0] == "github__getUserProfile"
+
+
+def test_stemming_matches_other_forms_of_a_word(engine: ToolSearchEngine) -> None:
+    assert names(engine.search("converting times"))[0] == "time__convert_time"
+
+
+def test_parameter_descriptions_are_searched(engine: ToolSearchEngine) -> None:
+    assert names(engine.search("postgres sql"))[0] == "db__run_query"
+
+
+def test_a_word_in_the_name_outweighs_the_same_word_in_long_prose(engine: ToolSearchEngine) -> None:
+    assert names(engine.search("weather forecast"))[0] == "weather__forecast"
+    assert names(engine.search("forecast"))[0] == "weather__forecast"
+
+
+def test_k_limits_hits_and_defaults_to_search_limit(engine: ToolSearchEngine) -> None:
+    assert len(engine.search("file directory path", k=2)) == 2
+    assert len(engine.search("issue repository pull request branch file time")) == 5
+
+
+def test_ties_are_broken_by_qualified_name() -> None:
+    same = tool("lookup", "Look up a record")
+    engine = ToolSearchEngine(ToolCatalog.from_lists({"b": [same], "a": [dict(same, description="Look up a record.")]}))
+    hits = engine.search("record")
+    assert [hit.score for hit in hits][0] == hits[1].score
+    assert names(hits) == ["a__lookup", "b__lookup"]
+
+
+def test_scores_equal_rank_bm25_get_scores_on_every_document(shared_data: Path) -> None:
+    catalog = ToolCatalog.from_snapshot(shared_data / "retrieval" / "api-bank" / "tools.json")
+    index = LexicalIndex(catalog.entries)
+    assert index.bm25 is not None
+    for query in ["add a meeting to my agenda", "what is the weather tomorrow", "delete my account"]:
+        terms = index.query_terms(query)
+        scores, candidates = index.scores(terms)
+        assert np.array_equal(scores, index.bm25.get_scores(terms))
+        assert set(candidates.tolist()) == {i for i, doc in enumerate(index.bm25.doc_freqs) if set(terms) & set(doc)}
+
+
+def test_the_index_scores_like_a_plain_bm25okapi_built_from_the_same_documents(catalog: ToolCatalog) -> None:
+    from rank_bm25 import BM25Okapi
+
+    index = LexicalIndex(catalog.entries)
+    analyzer = Analyzer()
+    plain = BM25Okapi([tool_document(entry, analyzer) for entry in catalog.entries], k1=index.bm25.k1, b=index.bm25.b)
+    terms = index.query_terms("create an issue for the file")
+    assert np.allclose(index.scores(terms)[0], plain.get_scores(terms), rtol=1e-12, atol=1e-12)
+
+
+def test_lexical_ranking_meets_its_target_on_api_bank(shared_data: Path) -> None:
+    folder = shared_data / "retrieval" / "api-bank"
+    catalog = ToolCatalog.from_snapshot(folder / "tools.json")
+    report = evaluate(ToolSearchEngine(catalog, ranking="lexical").search, catalog, load_queries(folder / "queries.jsonl"))
+    assert report.hit_at_k >= 0.78
+
+
+# --------------------------------------------------------------------------- exact names, misses, errors
+
+
+def test_an_exact_qualified_name_comes_first_without_ranking(engine: ToolSearchEngine) -> None:
+    hits = engine.search("time__convert_time")
+    assert hits[0].name == "time__convert_time"
+    assert hits[0].score > max(hit.score for hit in hits[1:])
+
+
+def test_an_exact_bare_name_comes_first(engine: ToolSearchEngine) -> None:
+    assert names(engine.search("list_directory"))[0] == "files__list_directory"
+
+
+def test_select_returns_exactly_the_named_tools(engine: ToolSearchEngine) -> None:
+    assert names(engine.search("select:files__write_file, read_file")) == ["files__write_file", "files__read_file"]
+    assert engine.search("select:nope") == []
+
+
+def test_a_query_sharing_no_word_with_any_tool_is_a_miss(engine: ToolSearchEngine) -> None:
+    assert engine.search("xylophone quantum zebra") == []
+    assert engine.search("can you please help me") == []  # request words only
+
+
+@pytest.mark.parametrize("query", ["", "   ", "x" * (MAX_QUERY_CHARS + 1)])
+def test_an_empty_or_overlong_query_is_an_error(engine: ToolSearchEngine, query: str) -> None:
+    with pytest.raises(SearchQueryError, match="tool_search query is"):
+        engine.search(query)
+
+
+def test_a_query_of_exactly_the_limit_runs(engine: ToolSearchEngine) -> None:
+    assert engine.search(("file " * MAX_QUERY_CHARS)[:MAX_QUERY_CHARS])
+
+
+# --------------------------------------------------------------------------- expand
+
+
+def test_expand_returns_full_definitions_in_the_order_asked(engine: ToolSearchEngine) -> None:
+    definitions = engine.expand_tools(["time__convert_time", "files__read_file"])
+    assert [d["name"] for d in definitions] == ["time__convert_time", "files__read_file"]
+    assert definitions[1] == {
+        "name": "files__read_file",
+        "description": "Read the complete contents of a file from the file system",
+        "input_schema": TOOLS["files"][0]["inputSchema"],
+    }
+
+
+def test_expand_ignores_repeats_including_the_bare_name_of_the_same_tool(engine: ToolSearchEngine) -> None:
+    definitions = engine.expand_tools(["files__read_file", "read_file", "files__read_file"])
+    assert [d["name"] for d in definitions] == ["files__read_file"]
+
+
+def test_expanding_an_unknown_name_lists_the_closest_names(engine: ToolSearchEngine) -> None:
+    with pytest.raises(ToolNotFoundError, match=r"unknown tool 'files__read_fle'; closest: files__read_file") as raised:
+        engine.expand_tools(["files__read_fle"])
+    assert raised.value.suggestions[0] == "files__read_file"
+    with pytest.raises(ToolNotFoundError) as by_topic:
+        engine.expand_tools(["timezone_converter"])
+    assert "time__convert_time" in by_topic.value.suggestions
+
+
+def test_expanding_more_than_max_expand_is_refused(engine: ToolSearchEngine) -> None:
+    four = ["files__read_file", "files__write_file", "time__convert_time", "db__run_query"]
+    with pytest.raises(ExpandError, match=r"asked for 4 tools; the limit is 3 per call \(mcp.tool_search.max_expand\)"):
+        engine.expand_tools(four)
+    assert len(engine.expand_tools(four[:3] + four[:3])) == 3  # repeats do not count
+    with pytest.raises(ExpandError, match="at least one tool name"):
+        engine.expand_tools([])
+
+
+# --------------------------------------------------------------------------- re-indexing
+
+
+def test_the_index_rebuilds_when_the_catalog_version_changes_and_only_then() -> None:
+    current = {"catalog": ToolCatalog.from_lists(TOOLS)}
+    engine = ToolSearchEngine(lambda: current["catalog"], ranking="lexical")
+    assert engine.search("forecast")
+    engine.search("issue")
+    engine.expand_tools(["read_file"])
+    assert engine.index_builds == 1
+    current["catalog"] = ToolCatalog.from_lists({**TOOLS})  # a new object with the same content
+    engine.search("forecast")
+    assert engine.index_builds == 1
+    assert engine.search("kubernetes pods") == []
+    current["catalog"] = ToolCatalog.from_lists({**TOOLS, "k8s": [tool("list_pods", "List Kubernetes pods")]})
+    assert names(engine.search("kubernetes pods")) == ["k8s__list_pods"]
+    assert engine.index_builds == 2
+    assert engine.catalog is current["catalog"]
+
+
+# --------------------------------------------------------------------------- ranking modes, telemetry
+
+
+def test_auto_ranking_is_lexical_when_no_embedding_scorer_is_available(catalog: ToolCatalog) -> None:
+    engine = ToolSearchEngine(catalog, ToolSearchSettings(ranking="auto"))
+    assert engine.ranking == "auto"
+    assert engine.ranking_used in ("lexical", "hybrid")
+    assert ToolSearchEngine(catalog, ranking="lexical").ranking_used == "lexical"
+    with pytest.raises(ValueError, match="ranking must be"):
+        ToolSearchEngine(catalog, ranking="magic")
+
+
+class _PreferLast:
+    """A ScoreBlend that ranks the last catalog entry first: shows the seam receives and decides."""
+
+    def __init__(self) -> None:
+        self.prepared: list[str] = []
+
+    def prepare(self, catalog: ToolCatalog) -> None:
+        self.prepared.append(catalog.version)
+
+    def blend(self, query: str, lexical: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        scores = lexical.copy()
+        scores[-1] = scores.max() + 1.0
+        return scores, np.union1d(candidates, [len(lexical) - 1])
+
+
+def test_a_score_blend_wraps_the_lexical_scores(catalog: ToolCatalog) -> None:
+    blend = _PreferLast()
+    engine = ToolSearchEngine(catalog, ranking="hybrid", blend=blend)
+    assert engine.ranking_used == "hybrid"
+    assert names(engine.search("read a file"))[0] == catalog.entries[-1].name
+    assert blend.prepared == [catalog.version]
+    assert names(engine.search("select:read_file")) == ["files__read_file"]  # exact lookups bypass the blend
+
+
+def test_each_search_and_expand_is_counted_once(engine: ToolSearchEngine, reader: InMemoryMetricReader) -> None:
+    engine.search("read a file")
+    engine.search("read a file")
+    engine.search("xylophone")
+    engine.expand_tools(["read_file", "write_file"])
+    with pytest.raises(SearchQueryError):
+        engine.search("")
+    counts: dict[str, float] = {}
+    data = reader.get_metrics_data()
+    assert data is not None
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name == telemetry.SEARCH_INVOCATIONS:
+                    for point in metric.data.data_points:
+                        counts[str(dict(point.attributes or {})["outcome"])] = point.value
+    assert counts == {"hit": 2, "miss": 1, "expand": 1}
