@@ -1,21 +1,192 @@
-"""`orchestrator spawn` and `orchestrator serve` (spawn path and gateway issue)."""
+"""`orchestrator spawn` (plan and launch one per-task agent) and `orchestrator serve` (the MCP gateway)."""
 
 from __future__ import annotations
 
+import signal
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
 import typer
 
-from ._unbuilt import not_built
+from ..config import Settings
+from ..formats import render_tools
+from ..spawn import SpawnPlan, TaskHistory, plan_spawn, task_history_dir, task_key
+from ..telemetry import telemetry_session
+from ._common import EXIT_FAILED, console, err_console, loaded_config, print_json, print_table
+from .tools import load_catalog
 
 __all__ = ["register"]
+
+EXIT_INTERRUPTED = 130
+# 128 + SIGINT, what shells report for a command stopped by Ctrl-C.
+
+
+class Transport(str, Enum):
+    stdio = "stdio"
+    http = "http"
+
+
+class Format(str, Enum):
+    json = "json"
+    text = "text"
+    anthropic = "anthropic"
+    openai = "openai"
 
 
 def register(app: typer.Typer) -> None:
     @app.command("spawn")
-    def spawn() -> None:
-        """Plan and launch one per-task agent (not built yet)."""
-        not_built("spawn", "spawn path")
+    def spawn(
+        ctx: typer.Context,
+        task: Annotated[str, typer.Option("--task", help="What the agent is to do.")],
+        agent: Annotated[str, typer.Option("--agent", help="Agent profile (agents.<name>).")] = "default",
+        dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; launch nothing.")] = False,
+        fmt: Annotated[
+            Format,
+            typer.Option("--format", help="json | text; with --dry-run also anthropic | openai (request fragments)."),
+        ] = Format.text,
+        catalog: Annotated[
+            Path | None,
+            typer.Option("--catalog", help="Plan from a snapshot (folder of <server>.json or one JSON file)."),
+        ] = None,
+        task_id: Annotated[
+            str | None,
+            typer.Option("--task-id", help="Task identity for pinning recently called tools (default: hash of --task)."),
+        ] = None,
+    ) -> None:
+        """Plan one spawn of an agent for a task and launch it through the gateway (or just print the plan)."""
+        settings = loaded_config(ctx).settings
+        if not dry_run and fmt in (Format.anthropic, Format.openai):
+            raise typer.BadParameter("anthropic and openai print a plan's tools: use them with --dry-run", param_hint="--format")
+        if not dry_run and catalog is not None:
+            raise typer.BadParameter("a snapshot cannot serve calls: use --catalog with --dry-run", param_hint="--catalog")
+        if dry_run:
+            plan = _dry_run_plan(settings, task, agent, catalog, task_id)
+            _print_plan(plan, fmt)
+            return
+        from ..launch import spawn_agent
+
+        try:
+            with telemetry_session(settings):
+                summary = anyio.run(
+                    lambda: spawn_agent(
+                        settings, task, agent, task_id=task_id, stdout=sys.stderr if fmt is Format.json else None
+                    )
+                )
+        except KeyboardInterrupt:  # the agent's process group was stopped and the spawn closed on the way out
+            err_console.print("spawn interrupted", markup=False)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        if fmt is Format.json:
+            print_json(summary.to_json())
+        else:
+            rows = [
+                ("spawn", f"{summary.spawn_id} ({summary.path} gateway)"),
+                ("agent", summary.agent),
+                ("mode", summary.mode),
+                ("tokens sent", summary.tokens_sent),
+                ("tokens saved", summary.tokens_saved),
+                ("searches", summary.searches),
+                ("expands", summary.expands),
+                ("calls", summary.calls),
+                ("exit status", summary.exit_status),
+                ("duration", f"{summary.duration_s:.2f} s"),
+            ]
+            print_table(("", ""), rows)
+        if not summary.ok:
+            raise typer.Exit(EXIT_FAILED)
 
     @app.command("serve")
-    def serve() -> None:
-        """Serve an agent's tools as an MCP gateway (not built yet)."""
-        not_built("serve", "gateway")
+    def serve(
+        ctx: typer.Context,
+        agent: Annotated[str, typer.Option("--agent", help="Agent profile served at /mcp and over stdio.")] = "default",
+        transport: Annotated[Transport, typer.Option("--transport", help="stdio or http (streamable HTTP).")] = Transport.http,
+        port: Annotated[int | None, typer.Option("--port", help="HTTP port (default gateway.port; 0 = any free port).")] = None,
+        host: Annotated[str | None, typer.Option("--host", help="HTTP host (default gateway.host).")] = None,
+    ) -> None:
+        """Serve an agent's tools as one MCP gateway that many short-lived agents share."""
+        settings = loaded_config(ctx).settings
+        settings.agent(agent)
+        try:
+            with telemetry_session(settings):
+                anyio.run(_serve, settings, agent, transport, host, port)
+        except KeyboardInterrupt:  # before the signal handler was installed; everything unwound
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+async def _serve(settings: Settings, agent: str, transport: Transport, host: str | None, port: int | None) -> None:
+    """Run the gateway until the client goes (stdio) or SIGINT/SIGTERM arrives; always unwinds cleanly."""
+    from ..gateway import Gateway, check_bind
+    from ..protocols.mcp.manager import MCPManager
+
+    host = settings.gateway.host if host is None else host
+    port = settings.gateway.port if port is None else port
+    if transport is Transport.http:
+        check_bind(host, settings.gateway.token)  # refuse before starting any server
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_cancel_on_signal, tg.cancel_scope)
+        async with MCPManager(settings) as manager:
+            gateway = Gateway(settings, manager, agent=agent, history=TaskHistory(task_history_dir(settings)))
+            try:
+                if transport is Transport.stdio:
+                    await gateway.serve_stdio()
+                else:
+                    async with gateway.running(host, port) as url:
+                        catalog = gateway.catalog()
+                        err_console.print(
+                            f"gateway: agent {agent!r} at {url}/mcp ({len(catalog)} tools from "
+                            f"{len(catalog.servers())} servers); spawns at {url}/spawn/<id>/mcp. Ctrl-C stops.",
+                            markup=False,
+                        )
+                        await anyio.sleep_forever()
+            finally:
+                gateway.close()
+        tg.cancel_scope.cancel()
+
+
+async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _signum in signals:
+            scope.cancel()
+            return
+
+
+def _dry_run_plan(settings: Settings, task: str, agent: str, catalog_path: Path | None, task_id: str | None) -> SpawnPlan:
+    settings.agent(agent)
+    catalog = load_catalog(settings, catalog_path, quiet=True)
+    task_id = task_id or task_key(task)
+    recent = TaskHistory(task_history_dir(settings)).recent(task_id)
+    return plan_spawn(task, agent, settings=settings, catalog=catalog, recent_tools=recent, task_id=task_id, record=False)
+
+
+def _print_plan(plan: SpawnPlan, fmt: Format) -> None:
+    if fmt is Format.json:
+        print_json(plan.to_json())
+        return
+    if fmt is Format.anthropic:
+        fragment: dict[str, Any] = {"system": plan.prompt} if plan.prompt else {}
+        print_json({**fragment, "tools": render_tools(plan.tools, "anthropic")})
+        return
+    if fmt is Format.openai:
+        messages = [{"role": "system", "content": plan.prompt}] if plan.prompt else []
+        print_json({**({"messages": messages} if messages else {}), "tools": render_tools(plan.tools, "openai")})
+        return
+    rows = [
+        ("agent", plan.agent),
+        ("mode", plan.mode),
+        ("full tokens", plan.full_tokens),
+        ("prompt tokens", plan.prompt_tokens),
+        ("tokens saved", plan.tokens_saved),
+        ("directory", plan.directory_level),
+        ("visible tools", plan.visible_tools),
+        ("pinned", ", ".join(plan.pinned) or "-"),
+        ("fingerprint", plan.fingerprint[:16]),
+        ("reason", plan.reason),
+    ]
+    print_table(("", ""), rows)
+    console.print()
+    console.print("tools sent: " + ", ".join(tool["name"] for tool in plan.tools), markup=False)
+    if plan.prompt:
+        console.print()
+        console.print(plan.prompt, markup=False)

@@ -1,0 +1,431 @@
+"""The three meta-tools of search mode, `tool_search`, `expand_tools` and `call_tool`: one implementation.
+
+Every surface (the MCP gateway, an in-process API loop, tests) goes through `MetaTools`, so a search, an
+expand and a call behave and count the same everywhere. Every outcome is a `CallToolResult`: a model reads
+errors as tool results, so each error says what was wrong and what to do instead (a corrective error),
+never a protocol failure.
+
+`call_tool` checks, in order: the name (unknown -> closest names; hidden by the agent's profile -> refused),
+the arguments (a JSON string where an object belongs is repaired; anything else that does not match the
+tool's input schema comes back listing each problem and the expected arguments), then routes through the
+manager to the first ready server offering the tool.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import jsonschema
+import mcp.types as types
+from jsonschema.exceptions import SchemaError
+from jsonschema.exceptions import ValidationError as SchemaValidationError
+
+from .errors import (
+    ExpandError,
+    SearchQueryError,
+    ServerError,
+    ToolCallError,
+    ToolExecutionError,
+    ToolNotFoundError,
+)
+from .protocols.mcp.catalog import ToolCatalog, ToolEntry
+from .protocols.mcp.tool_search import META_TOOL_DEFINITIONS, ToolSearchEngine
+
+__all__ = [
+    "CALL_TOOL",
+    "CALL_TOOL_DEFINITION",
+    "EXPAND_TOOLS",
+    "META_TOOL_NAMES",
+    "TOOL_SEARCH",
+    "MetaStats",
+    "MetaTools",
+    "ToolRouter",
+    "Visibility",
+    "meta_tool_definitions",
+]
+
+TOOL_SEARCH = "tool_search"
+EXPAND_TOOLS = "expand_tools"
+CALL_TOOL = "call_tool"
+META_TOOL_NAMES = frozenset({TOOL_SEARCH, EXPAND_TOOLS, CALL_TOOL})
+
+CALL_TOOL_DEFINITION: dict[str, Any] = {
+    "name": CALL_TOOL,
+    "description": (
+        "Run a tool found with tool_search. Pass its exact name and its arguments as a JSON object that "
+        "matches the input schema expand_tools returned."
+    ),
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "Qualified tool name, e.g. from a tool_search hit."},
+            "arguments": {"type": "object", "description": "The tool's arguments, as its input schema says."},
+        },
+        "required": ["name"],
+    },
+}
+
+SUGGESTIONS = 3
+# Closest names offered for an unknown tool: enough to spot a typo, few enough to read in one line.
+_SUGGESTION_CUTOFF = 0.5
+# difflib ratio below which a name is not "close": avoids suggesting unrelated tools.
+_EXPECTED_LIMIT = 12
+# Parameters listed in an "expected arguments" hint; the model can expand_tools for the rest.
+
+
+def meta_tool_definitions() -> list[dict[str, Any]]:
+    """`tool_search`, `expand_tools` and `call_tool` as sent to a model (in that order)."""
+    return [*(dict(definition) for definition in META_TOOL_DEFINITIONS), dict(CALL_TOOL_DEFINITION)]
+
+
+class ToolRouter(Protocol):
+    """What call routing needs from the manager (`MCPManager` satisfies it)."""
+
+    def is_ready(self, server: str) -> bool: ...
+
+    async def call_tool(self, server: str, tool: str, arguments: dict[str, Any] | None) -> types.CallToolResult: ...
+
+
+class Visibility(Protocol):
+    """What an agent profile decides: which tools it sees and which servers its calls may use."""
+
+    def visible(self, entry: ToolEntry) -> bool: ...
+
+    def routes(self, entry: ToolEntry) -> tuple[str, ...]: ...
+
+
+@dataclass
+class MetaStats:
+    """Per-agent counts for the spawn summary (telemetry counts the same events where they happen)."""
+
+    searches: int = 0
+    expands: int = 0
+    calls: int = 0
+    """Calls dispatched to a server (the tool may still report an error)."""
+    errors: int = 0
+    """Corrective errors returned before or instead of a dispatch."""
+    called: list[str] = field(default_factory=list)
+    """Qualified names of tools called without error, most recent last, each once."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "searches": self.searches,
+            "expands": self.expands,
+            "calls": self.calls,
+            "errors": self.errors,
+            "called": list(self.called),
+        }
+
+
+class _Corrective(Exception):
+    """Internal: a model-facing error; becomes an `isError` result carrying `kind` and the message."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class MetaTools:
+    """The meta-tools over one agent's view of the catalog.
+
+    Args:
+        engine: search over the tools this agent may see (its catalog is the visible catalog).
+        router: the manager; `None` for a surface that only searches (calls then fail clearly).
+        full_catalog: every tool (or a callable giving the current one); tells a hidden tool from an
+            unknown one. Defaults to the engine's catalog (nothing is hidden).
+        visibility: the agent profile's decisions; `None` sees everything and routes anywhere.
+        agent: the profile name, quoted in refusals.
+        on_called: called with the qualified name after each call that did not fail (task history).
+    """
+
+    def __init__(
+        self,
+        engine: ToolSearchEngine,
+        router: ToolRouter | None = None,
+        *,
+        full_catalog: ToolCatalog | Callable[[], ToolCatalog] | None = None,
+        visibility: Visibility | None = None,
+        agent: str = "default",
+        on_called: Callable[[str], None] | None = None,
+    ) -> None:
+        self._engine = engine
+        self._router = router
+        self._full = full_catalog
+        self._visibility = visibility
+        self._agent = agent
+        self._on_called = on_called
+        self._validators: dict[str, Any] = {}
+        self.stats = MetaStats()
+
+    # ------------------------------------------------------------------ the three tools
+
+    def tool_search(self, query: Any, limit: Any = None) -> types.CallToolResult:
+        """Names, summaries and scores of the best matches: `{"query", "outcome", "hits": [...]}`."""
+        try:
+            if not isinstance(query, str):
+                raise _Corrective("invalid_arguments", "tool_search needs 'query' as a string of keywords.")
+            k = _positive_int(limit, "limit") if limit is not None else None  # None: the engine's search_limit
+            hits = self._engine.search(query, k)
+        except SearchQueryError as exc:
+            return self._error("invalid_query", f"{exc}. Send a short list of keywords (what the tool does).")
+        except _Corrective as exc:
+            return self._error(exc.kind, str(exc))
+        self.stats.searches += 1
+        payload = {
+            "query": query,
+            "outcome": "hit" if hits else "miss",
+            "hits": [hit.to_dict() for hit in hits],
+        }
+        return _structured(payload)
+
+    def expand_tools(self, names: Any) -> types.CallToolResult:
+        """Full definitions of the named tools: `{"tools": [{"name", "description", "input_schema"}]}`."""
+        try:
+            wanted = _name_list(names)
+            for name in wanted:
+                self._check_visible(name)
+            definitions = self._engine.expand_tools(wanted)
+        except ToolNotFoundError as exc:
+            return self._error("unknown_tool", f"{exc}. Use tool_search to find tool names.")
+        except ExpandError as exc:
+            return self._error("too_many", f"{exc}. Ask for fewer names at once.")
+        except _Corrective as exc:
+            return self._error(exc.kind, str(exc))
+        self.stats.expands += 1
+        return _structured({"tools": definitions})
+
+    async def call_tool(self, name: Any, arguments: Any = None) -> types.CallToolResult:
+        """Validate `arguments` against the tool's input schema, then run it on the first ready server."""
+        try:
+            entry = self._resolve(name)
+            args = self._checked_arguments(entry, arguments)
+            server = self._pick_server(entry)
+        except _Corrective as exc:
+            return self._error(exc.kind, str(exc))
+        if self._router is None:
+            return self._error("unavailable", f"tool {entry.name!r} cannot be called here (no live servers).")
+        self.stats.calls += 1
+        try:
+            result = await self._router.call_tool(server, entry.tool, args)
+        except ToolExecutionError as exc:
+            tool_result = getattr(exc, "result", None)
+            if isinstance(tool_result, types.CallToolResult):
+                return tool_result
+            return self._error("tool_error", str(exc))
+        except (ServerError, ToolCallError) as exc:
+            return self._error("call_failed", f"{exc}. Try again later or use another tool.")
+        if not result.is_error:
+            self._remember(entry.name)
+        return result
+
+    async def dispatch(self, name: str, arguments: Mapping[str, Any] | Any) -> types.CallToolResult:
+        """Whatever tool name a model used: a meta-tool, or an expanded tool called directly (API loops)."""
+        args = _repaired_object(arguments) if not isinstance(arguments, Mapping) else dict(arguments)
+        if not isinstance(args, dict):
+            return self._error("invalid_arguments", f"arguments for {name!r} must be a JSON object.")
+        if name == TOOL_SEARCH:
+            return self.tool_search(args.get("query"), args.get("limit"))
+        if name == EXPAND_TOOLS:
+            return self.expand_tools(args.get("names"))
+        if name == CALL_TOOL:
+            return await self.call_tool(args.get("name"), args.get("arguments"))
+        return await self.call_tool(name, args)
+
+    # ------------------------------------------------------------------ checks
+
+    def _resolve(self, name: Any) -> ToolEntry:
+        if not isinstance(name, str) or not name.strip():
+            raise _Corrective("invalid_arguments", "call_tool needs 'name': the qualified name of a tool.")
+        if name in META_TOOL_NAMES:
+            raise _Corrective("invalid_arguments", f"{name} is a meta-tool: call it directly, not via call_tool.")
+        entry = self._engine.catalog.lookup(name)
+        if entry is None:
+            self._check_visible(name)
+            raise _Corrective("unknown_tool", self._unknown_message(name))
+        return entry
+
+    def _check_visible(self, name: str) -> None:
+        """Refuse a tool that exists but that this agent's profile hides (never reveals its schema)."""
+        if self._engine.catalog.lookup(name) is not None:
+            return
+        full = self._full() if callable(self._full) else self._full
+        if full is not None and full.lookup(name) is not None:
+            raise _Corrective(
+                "hidden_tool",
+                f"tool {name!r} is not available to agent {self._agent!r} (its profile hides it: "
+                f"agents.{self._agent}.allow/deny/servers). Use tool_search to find a tool this agent may use.",
+            )
+
+    def _unknown_message(self, name: str) -> str:
+        names = [entry.name for entry in self._engine.catalog]
+        close = difflib.get_close_matches(name, names, n=SUGGESTIONS, cutoff=_SUGGESTION_CUTOFF)
+        hint = f" Closest names: {', '.join(close)}." if close else ""
+        return f"unknown tool {name!r}.{hint} Use tool_search to find the right tool name."
+
+    def _checked_arguments(self, entry: ToolEntry, arguments: Any) -> dict[str, Any]:
+        """The arguments as an object that satisfies the input schema, repaired where that is unambiguous."""
+        args = _repaired_object(arguments)
+        if not isinstance(args, dict):
+            raise _Corrective(
+                "invalid_arguments",
+                f"arguments for {entry.name} must be a JSON object, got {_kind(arguments)}. "
+                f"Expected: {_expected(entry.input_schema)}.",
+            )
+        validator = self._validator(entry)
+        if validator is None:
+            return args
+        errors = list(validator.iter_errors(args))
+        if errors and _repair_nested(args, errors, entry.input_schema):
+            errors = list(validator.iter_errors(args))
+        if errors:
+            problems = "; ".join(_describe(error) for error in sorted(errors, key=_error_order))
+            raise _Corrective(
+                "invalid_arguments",
+                f"arguments for {entry.name} do not match its input schema: {problems}. "
+                f"Expected: {_expected(entry.input_schema)}. Fix the arguments and call again.",
+            )
+        return args
+
+    def _validator(self, entry: ToolEntry) -> Any:
+        """A cached jsonschema validator for the entry's schema; `None` when the schema itself is broken."""
+        key = entry.digest
+        if key not in self._validators:
+            try:
+                cls = jsonschema.validators.validator_for(entry.input_schema, default=jsonschema.Draft202012Validator)
+                cls.check_schema(entry.input_schema)
+                self._validators[key] = cls(entry.input_schema)
+            except (SchemaError, TypeError, ValueError, LookupError):  # boundary: a server's broken schema
+                self._validators[key] = None  # the server validates for itself
+        return self._validators[key]
+
+    def _pick_server(self, entry: ToolEntry) -> str:
+        """The first ready server offering the tool that the profile allows (duplicates -> first healthy)."""
+        servers = self._visibility.routes(entry) if self._visibility is not None else entry.servers
+        if not servers:
+            raise _Corrective("hidden_tool", f"tool {entry.name!r}: no server this agent may use offers it.")
+        if self._router is not None:
+            for server in servers:
+                if self._router.is_ready(server):
+                    return server
+        return servers[0]
+
+    def _remember(self, name: str) -> None:
+        if name in self.stats.called:
+            self.stats.called.remove(name)
+        self.stats.called.append(name)
+        if self._on_called is not None:
+            self._on_called(name)
+
+    def _error(self, kind: str, message: str) -> types.CallToolResult:
+        self.stats.errors += 1
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=message)],
+            structured_content={"error": kind, "message": message},
+            is_error=True,
+        )
+
+
+# ---------------------------------------------------------------------- pure helpers
+
+
+def _structured(payload: dict[str, Any]) -> types.CallToolResult:
+    """Structured content plus the same JSON as text, for clients that read only text (MCP advice)."""
+    text = json.dumps(payload, ensure_ascii=False)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=payload)
+
+
+def _positive_int(value: Any, key: str) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _Corrective("invalid_arguments", f"'{key}' must be a positive integer, got {value!r}.")
+    return value
+
+
+def _name_list(names: Any) -> list[str]:
+    """`names` as a list of strings; a JSON-encoded list or a single name is accepted as the model meant it."""
+    if isinstance(names, str):
+        decoded = _json_or_none(names)
+        names = decoded if isinstance(decoded, list) else [names]
+    if not isinstance(names, list) or not names or not all(isinstance(name, str) for name in names):
+        raise _Corrective("invalid_arguments", "expand_tools needs 'names': a list of tool names from tool_search.")
+    return names
+
+
+def _repaired_object(arguments: Any) -> Any:
+    """`None` -> `{}`; a string holding a JSON object -> that object (a common model mistake)."""
+    if arguments is None:
+        return {}
+    if isinstance(arguments, str):
+        decoded = _json_or_none(arguments)
+        if isinstance(decoded, dict):
+            return decoded
+        if arguments.strip() == "":
+            return {}
+    return arguments
+
+
+def _repair_nested(args: dict[str, Any], errors: Sequence[SchemaValidationError], schema: Mapping[str, Any]) -> bool:
+    """Decode top-level string values whose schema wants an object or array; True when anything changed."""
+    properties = schema.get("properties") if isinstance(schema.get("properties"), Mapping) else {}
+    changed = False
+    for error in errors:
+        if error.validator != "type" or len(error.absolute_path) != 1:
+            continue
+        key = error.absolute_path[0]
+        value = args.get(key) if isinstance(key, str) else None
+        wanted = properties.get(key, {}).get("type") if isinstance(properties.get(key), Mapping) else None
+        wanted_types = {wanted} if isinstance(wanted, str) else set(wanted or ())
+        if isinstance(value, str) and wanted_types & {"object", "array"}:
+            decoded = _json_or_none(value)
+            if isinstance(decoded, dict | list):
+                args[key] = decoded
+                changed = True
+    return changed
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _describe(error: SchemaValidationError) -> str:
+    path = ".".join(str(part) for part in error.absolute_path)
+    message = error.message
+    if len(message) > 200:
+        message = message[:197] + "..."
+    return f"at '{path}': {message}" if path else message
+
+
+def _error_order(error: SchemaValidationError) -> tuple[str, str]:
+    return (".".join(str(part) for part in error.absolute_path), error.message)
+
+
+def _expected(schema: Mapping[str, Any]) -> str:
+    """A one-line summary of the parameters: `name: type (required)`, in schema order."""
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping) or not properties:
+        return "{} (no arguments)"
+    required = set(schema.get("required") or ())
+    parts = []
+    for key, spec in list(properties.items())[:_EXPECTED_LIMIT]:
+        kind = spec.get("type", "any") if isinstance(spec, Mapping) else "any"
+        kind = "|".join(kind) if isinstance(kind, list) else str(kind)
+        parts.append(f"{key}: {kind}{' (required)' if key in required else ''}")
+    more = len(properties) - _EXPECTED_LIMIT
+    if more > 0:
+        parts.append(f"... {more} more (see expand_tools)")
+    return "{" + ", ".join(parts) + "}"
+
+
+def _kind(value: Any) -> str:
+    return {str: "a string", list: "a list", int: "a number", float: "a number", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )
+

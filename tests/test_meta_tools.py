@@ -1,0 +1,172 @@
+"""The meta-tools behind search mode: result shapes, argument checks and repair, profile refusals, routing.
+
+Real servers: two copies of tests/servers/basic.py over stdio ("alpha" and "beta", identical tools, so
+the catalog collapses them into one entry offered by both), behind one MCPManager for the module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import mcp.types as types
+import pytest
+
+from orchestrator.config import ServerConfig, Settings, ToolSearchSettings
+from orchestrator.meta_tools import CALL_TOOL, EXPAND_TOOLS, TOOL_SEARCH, MetaTools, meta_tool_definitions
+from orchestrator.protocols.mcp.catalog import ToolCatalog
+from orchestrator.protocols.mcp.manager import MCPManager
+from orchestrator.protocols.mcp.tool_search import ToolSearchEngine
+from orchestrator.spawn import ProfileFilter
+
+from .conftest import stdio_server_config
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _basic(tag: str) -> ServerConfig:
+    return stdio_server_config("basic.py", env={"BASIC_SERVER_TAG": tag})
+
+
+@pytest.fixture(scope="module")
+async def manager(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[MCPManager]:
+    settings = Settings(mcp={"servers": {"alpha": _basic("alpha"), "beta": _basic("beta")}, "warm_start": False})
+    async with MCPManager(settings) as live:
+        assert live.is_ready("alpha") and live.is_ready("beta")
+        yield live
+
+
+def _meta(manager: Any, rules: ProfileFilter | None = None, **kwargs: Any) -> MetaTools:
+    full = ToolCatalog.from_lists(manager.tool_lists())
+    visible = rules.apply(full) if rules else full
+    engine = ToolSearchEngine(visible, ToolSearchSettings(ranking="lexical"))
+    return MetaTools(engine, manager, full_catalog=full, visibility=rules, agent="tester", **kwargs)
+
+
+def _text(result: types.CallToolResult) -> str:
+    return " ".join(block.text for block in result.content if isinstance(block, types.TextContent))
+
+
+async def test_tool_search_returns_names_summaries_and_scores_without_schemas(manager: MCPManager) -> None:
+    meta = _meta(manager)
+    result = meta.tool_search("add two integers", 3)
+    payload = result.structured_content
+    assert not result.is_error and payload is not None
+    assert payload["query"] == "add two integers" and payload["outcome"] == "hit"
+    first = payload["hits"][0]
+    assert set(first) == {"name", "server", "tool", "summary", "score"}
+    assert (first["name"], first["server"], first["tool"]) == ("alpha__add", "alpha", "add")
+    assert "input_schema" not in _text(result)
+    assert meta.tool_search("zebra quantum chromodynamics").structured_content == {
+        "query": "zebra quantum chromodynamics",
+        "outcome": "miss",
+        "hits": [],
+    }
+    assert meta.stats.searches == 2
+
+
+async def test_an_empty_query_is_a_corrective_error(manager: MCPManager) -> None:
+    result = _meta(manager).tool_search("   ")
+    assert result.is_error and result.structured_content["error"] == "invalid_query"
+    assert "keywords" in _text(result)
+
+
+async def test_expand_tools_gives_full_schemas_and_names_close_matches_for_typos(manager: MCPManager) -> None:
+    meta = _meta(manager)
+    expanded = meta.expand_tools(["alpha__add"]).structured_content
+    assert expanded is not None
+    (tool,) = expanded["tools"]
+    assert tool["name"] == "alpha__add" and set(tool["input_schema"]["properties"]) == {"a", "b"}
+    typo = meta.expand_tools(["alpha__ad"])
+    assert typo.is_error and "alpha__add" in _text(typo)
+    assert meta.expand_tools('["alpha__echo"]').structured_content["tools"][0]["name"] == "alpha__echo"
+
+
+async def test_call_tool_validates_then_routes_through_the_manager(manager: MCPManager) -> None:
+    meta = _meta(manager)
+    result = await meta.call_tool("alpha__add", {"a": 2, "b": 3})
+    assert not result.is_error and result.structured_content == {"result": 5}
+    assert meta.stats.calls == 1 and meta.stats.called == ["alpha__add"]
+
+
+async def test_arguments_sent_as_a_json_string_are_repaired(manager: MCPManager) -> None:
+    meta = _meta(manager)
+    result = await meta.call_tool("alpha__add", '{"a": 20, "b": 22}')
+    assert not result.is_error and result.structured_content == {"result": 42}
+    via_meta = await meta.dispatch(CALL_TOOL, {"name": "alpha__echo", "arguments": '{"text": "hi"}'})
+    assert not via_meta.is_error and _text(via_meta) == "hi"
+
+
+async def test_wrong_arguments_come_back_saying_what_to_fix(manager: MCPManager) -> None:
+    meta = _meta(manager)
+    result = await meta.call_tool("alpha__add", {"a": "two"})
+    message = _text(result)
+    assert result.is_error and result.structured_content["error"] == "invalid_arguments"
+    assert "'b' is a required property" in message
+    assert "at 'a': 'two' is not of type 'integer'" in message
+    assert "Expected: {a: integer (required), b: integer (required)}" in message
+    assert meta.stats.calls == 0  # nothing reached the server
+    not_an_object = await meta.call_tool("alpha__add", [1, 2])
+    assert not_an_object.is_error and "must be a JSON object, got a list" in _text(not_an_object)
+
+
+async def test_a_tool_the_profile_hides_is_refused_everywhere(manager: MCPManager) -> None:
+    meta = _meta(manager, ProfileFilter(deny=("*__whoami",)))
+    called = await meta.call_tool("alpha__whoami", {})
+    assert called.is_error and called.structured_content["error"] == "hidden_tool"
+    assert "not available to agent 'tester'" in _text(called) and "agents.tester" in _text(called)
+    expanded = meta.expand_tools(["alpha__whoami"])
+    assert expanded.is_error and expanded.structured_content["error"] == "hidden_tool"
+    hits = meta.tool_search("BASIC_SERVER_TAG environment variable").structured_content["hits"]
+    assert all(hit["tool"] != "whoami" for hit in hits)
+
+
+async def test_an_unknown_tool_gets_the_closest_names_and_a_hint(manager: MCPManager) -> None:
+    result = await _meta(manager).call_tool("alpha__ech", {"text": "x"})
+    assert result.is_error and result.structured_content["error"] == "unknown_tool"
+    assert "Closest names: alpha__echo" in _text(result) and "tool_search" in _text(result)
+    meta_name = await _meta(manager).call_tool(TOOL_SEARCH, {"query": "x"})
+    assert meta_name.is_error and "call it directly" in _text(meta_name)
+
+
+async def test_a_tool_error_from_the_server_is_passed_through(manager: MCPManager) -> None:
+    meta = _meta(manager)
+    result = await meta.call_tool("alpha__fail", {"message": "disk full"})
+    assert result.is_error and "disk full" in _text(result)
+    assert meta.stats.calls == 1 and meta.stats.called == []
+
+
+async def test_a_duplicate_tool_goes_to_the_first_ready_server_the_profile_allows(manager: MCPManager) -> None:
+    default = await _meta(manager).call_tool("alpha__whoami", {})
+    only_beta = await _meta(manager, ProfileFilter(servers=("beta",))).call_tool("alpha__whoami", {})
+    assert (_text(default), _text(only_beta)) == ("alpha", "beta")
+
+
+async def test_routing_skips_a_server_that_is_not_ready(manager: MCPManager) -> None:
+    class AlphaDown:
+        """The manager, except that alpha reports not ready (a seam, not a protocol mock)."""
+
+        def is_ready(self, server: str) -> bool:
+            return server != "alpha" and manager.is_ready(server)
+
+        async def call_tool(self, server: str, tool: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
+            return await manager.call_tool(server, tool, arguments)
+
+    full = ToolCatalog.from_lists(manager.tool_lists())
+    meta = MetaTools(ToolSearchEngine(full, ToolSearchSettings(ranking="lexical")), AlphaDown(), full_catalog=full)
+    assert _text(await meta.call_tool("alpha__whoami", {})) == "beta"
+
+
+async def test_an_api_loop_dispatches_meta_tools_and_expanded_tools_by_name(manager: MCPManager) -> None:
+    meta = _meta(manager)
+    assert [d["name"] for d in meta_tool_definitions()] == [TOOL_SEARCH, EXPAND_TOOLS, CALL_TOOL]
+    found = await meta.dispatch(TOOL_SEARCH, {"query": "echo text", "limit": 1})
+    assert found.structured_content["hits"][0]["name"] == "alpha__echo"
+    direct = await meta.dispatch("alpha__echo", {"text": "direct"})
+    assert _text(direct) == "direct"
+    assert meta.stats.as_dict()["calls"] == 1

@@ -1,0 +1,154 @@
+"""Spawn planning: profile filtering, pins, the task's recent tools, byte-stable plans, one telemetry event."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from orchestrator import telemetry
+from orchestrator.config import AgentProfile, Settings, ToolSearchOverrides
+from orchestrator.errors import ConfigError
+from orchestrator.meta_tools import CALL_TOOL
+from orchestrator.protocols.mcp.catalog import ToolCatalog
+from orchestrator.spawn import ProfileFilter, TaskHistory, fingerprint, plan_spawn, task_key
+
+
+def _tool(name: str, description: str = "", **properties: Any) -> dict[str, Any]:
+    schema = {"type": "object", "properties": {key: {"type": kind} for key, kind in properties.items()}}
+    return {"name": name, "description": description or f"{name} does something useful", "inputSchema": schema}
+
+
+LISTS = {
+    "time": [_tool("get_current_time", "Current time in a timezone", timezone="string"), _tool("convert_time")],
+    "git": [_tool("git_status", "Working tree status", repo_path="string"), _tool("git_commit"), _tool("git_reset")],
+    "mirror": [_tool("get_current_time", "Current time in a timezone", timezone="string")],
+}
+
+
+def _settings(**agents: AgentProfile) -> Settings:
+    return Settings(agents=agents)
+
+
+@pytest.fixture()
+def catalog() -> ToolCatalog:
+    return ToolCatalog.from_lists(LISTS)
+
+
+def test_profile_globs_choose_servers_and_tools_and_deny_wins(catalog: ToolCatalog) -> None:
+    rules = ProfileFilter(servers=("git",), allow=("git__git_*",), deny=("*reset",))
+    assert [entry.name for entry in rules.apply(catalog)] == ["git__git_commit", "git__git_status"]
+    everything = ProfileFilter()
+    assert everything.apply(catalog) is catalog
+
+
+def test_a_duplicate_tool_routes_only_to_servers_the_profile_allows(catalog: ToolCatalog) -> None:
+    entry = catalog.lookup("get_current_time")
+    assert entry is not None and entry.servers == ("mirror", "time")
+    rules = ProfileFilter(servers=("time",))
+    assert rules.visible(entry) and rules.routes(entry) == ("time",)
+    assert not ProfileFilter(servers=("git",)).visible(entry)
+
+
+def test_full_mode_below_the_threshold_sends_every_visible_tool(catalog: ToolCatalog) -> None:
+    plan = plan_spawn("read the time", "default", settings=_settings(), catalog=catalog, record=False)
+    assert plan.mode == "full" and plan.prompt_tokens == plan.full_tokens and plan.tokens_saved == 0
+    assert sorted(tool["name"] for tool in plan.tools) == sorted(entry.name for entry in catalog)
+    assert plan.visible_tools == len(catalog) and plan.task_id == task_key("read the time")
+
+
+def test_search_mode_above_a_profiles_lower_threshold_adds_call_tool(catalog: ToolCatalog) -> None:
+    small = AgentProfile(tool_search=ToolSearchOverrides(threshold_tokens=0))
+    plan = plan_spawn("read the time", "small", settings=_settings(small=small), catalog=catalog, record=False)
+    names = [tool["name"] for tool in plan.tools]
+    assert plan.mode == "search"
+    assert {"tool_search", "expand_tools", CALL_TOOL} <= set(names)
+    assert names.count(CALL_TOOL) == 1 and CALL_TOOL in plan.prompt
+    assert plan.prompt_tokens < plan.full_tokens or plan.full_tokens < 200
+
+
+def test_same_catalog_and_profile_give_byte_identical_plans(catalog: ToolCatalog) -> None:
+    small = AgentProfile(tool_search=ToolSearchOverrides(threshold_tokens=0))
+    settings = _settings(small=small)
+    first = plan_spawn("task", "small", settings=settings, catalog=ToolCatalog.from_lists(LISTS), record=False)
+    second = plan_spawn("task", "small", settings=settings, catalog=ToolCatalog.from_lists(dict(reversed(LISTS.items()))), record=False)
+    assert first.fingerprint == second.fingerprint
+    assert (first.prompt, json.dumps(first.tools)) == (second.prompt, json.dumps(second.tools))
+    assert first.fingerprint == fingerprint(first.prompt, first.tools)
+    changed = {**LISTS, "time": [_tool("get_current_time", "Now in a timezone", timezone="string")]}
+    third = plan_spawn("task", "small", settings=settings, catalog=ToolCatalog.from_lists(changed), record=False)
+    assert third.fingerprint != first.fingerprint
+
+
+def test_profile_pins_and_the_tasks_recent_tools_are_sent_in_full(catalog: ToolCatalog) -> None:
+    profile = AgentProfile(
+        pinned=["git__git_status"], deny=["git__git_reset"], tool_search=ToolSearchOverrides(threshold_tokens=0)
+    )
+    plan = plan_spawn(
+        "task",
+        "coder",
+        settings=_settings(coder=profile),
+        catalog=catalog,
+        recent_tools=["time__get_current_time", "git__git_reset", "no__such_tool"],
+        record=False,
+    )
+    names = [tool["name"] for tool in plan.tools]
+    assert names[:3] == ["tool_search", "expand_tools", CALL_TOOL]
+    # time__get_current_time is now one entry with mirror's copy, named after mirror: its old name resolves.
+    assert "git__git_status" in names and "mirror__get_current_time" in names
+    assert "git__git_reset" not in names  # hidden by the profile: never pinned
+    assert set(plan.pinned) == {"git__git_status", "mirror__get_current_time"}
+
+
+def test_an_unknown_agent_profile_is_a_config_error(catalog: ToolCatalog) -> None:
+    with pytest.raises(ConfigError, match="unknown agent profile 'ghost'"):
+        plan_spawn("task", "ghost", settings=_settings(), catalog=catalog)
+
+
+def test_each_planned_spawn_is_counted_once_by_mode(catalog: ToolCatalog) -> None:
+    reader = InMemoryMetricReader()
+    telemetry.use_meter_provider(MeterProvider(metric_readers=[reader]))
+    try:
+        small = AgentProfile(tool_search=ToolSearchOverrides(threshold_tokens=0))
+        settings = _settings(small=small)
+        plan_spawn("a", "default", settings=settings, catalog=catalog)
+        plan_spawn("b", "small", settings=settings, catalog=catalog)
+        plan_spawn("c", "small", settings=settings, catalog=catalog, record=False)
+        counts = _spawn_counts(reader)
+    finally:
+        telemetry.shutdown_telemetry()
+    assert counts == {"full": 1, "search": 1}
+
+
+def test_task_history_keeps_recent_tools_newest_first_across_instances(tmp_path: Path) -> None:
+    history = TaskHistory(tmp_path, limit=3)
+    history.record("t1", ["a", "b"])
+    history.record("t1", ["c", "a", "d"])
+    assert TaskHistory(tmp_path, limit=3).recent("t1") == ["d", "a", "c"]
+    assert TaskHistory(tmp_path).recent("other") == []
+    (tmp_path / "t2.json").write_text("{not json")
+    assert TaskHistory(tmp_path).recent("t2") == []
+
+
+def test_a_search_mode_prompt_tells_the_agent_how_to_run_a_found_tool(catalog: ToolCatalog) -> None:
+    small = AgentProfile(tool_search=ToolSearchOverrides(threshold_tokens=0))
+    plan = plan_spawn("task", "small", settings=_settings(small=small), catalog=catalog, record=False)
+    assert "`tool_search`" in plan.prompt and "`expand_tools`" in plan.prompt and "`call_tool`" in plan.prompt
+
+
+def _spawn_counts(reader: InMemoryMetricReader) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    data = reader.get_metrics_data()
+    for resource in data.resource_metrics if data else []:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name != telemetry.SPAWNS:
+                    continue
+                for point in metric.data.data_points:
+                    mode = str(point.attributes.get("mode"))
+                    counts[mode] = counts.get(mode, 0) + int(point.value)
+    return counts

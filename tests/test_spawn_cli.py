@@ -1,0 +1,147 @@
+"""`orchestrator spawn` and `orchestrator serve` end to end, as real processes, plus dry runs from snapshots."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import yaml
+from mcp import Client, StdioServerParameters
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+
+REPO = Path(__file__).resolve().parents[1]
+AGENT = REPO / "tests" / "agents" / "agent.py"
+ORCHESTRATOR = str(Path(sys.executable).with_name("orchestrator"))
+PROCESS_TIMEOUT_S = 120
+# A bound, not an expectation: a cold spawn here is a few seconds.
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture()
+def config(tmp_path: Path) -> Path:
+    """A bernstein.yaml with mcp-server-time, a search-mode agent running tests/agents/agent.py, a free port."""
+    data = {
+        "mcp": {
+            "servers": {"time": {"command": "python", "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}},
+            "cache_dir": str(tmp_path / "cache"),
+        },
+        "agents": {
+            "searcher": {
+                "tool_search": {"threshold_tokens": 0},
+                "command": [sys.executable, str(AGENT), "--config", "{mcp_config}", "--out", f"{tmp_path}/{{task}}.json"],
+                "timeout_s": 60,
+            }
+        },
+        "gateway": {"host": "127.0.0.1", "port": _free_port()},
+    }
+    path = tmp_path / "bernstein.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _orchestrator(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [ORCHESTRATOR, "--config", str(config), *args], capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S
+    )
+
+
+@pytest.mark.slow
+def test_orchestrator_spawn_runs_a_real_agent_cold_then_through_a_running_gateway(
+    config: Path, shared_data: Path
+) -> None:
+    folder = config.parent
+    cold = _orchestrator(config, "spawn", "--task", "cold-run", "--agent", "searcher", "--format", "json")
+    assert cold.returncode == 0, cold.stderr
+    summary = json.loads(cold.stdout)
+    assert (summary["path"], summary["mode"], summary["exit_status"]) == ("cold", "search", "ok")
+    assert (summary["searches"], summary["expands"], summary["calls"]) == (1, 1, 1)
+    assert summary["tokens_sent"] > 0 and summary["tokens_saved"] >= 0
+    report = json.loads((folder / "cold-run.json").read_text())
+    assert report["tool"] == "time__get_current_time" and report["result"]["timezone"] == "UTC"
+
+    serve = subprocess.Popen([ORCHESTRATOR, "--config", str(config), "serve"], stderr=subprocess.PIPE, text=True)
+    try:
+        assert serve.stderr is not None
+        banner = serve.stderr.readline()  # printed once the gateway listens
+        assert "gateway: agent 'default'" in banner, banner
+        warm = _orchestrator(config, "spawn", "--task", "warm-run", "--agent", "searcher")
+        assert warm.returncode == 0, warm.stderr
+        lines = [line.split() for line in warm.stdout.splitlines()]
+        assert ["exit", "status", "ok"] in lines and ["mode", "search"] in lines
+        assert "(warm gateway)" in warm.stdout and "tokens saved" in warm.stdout
+        assert json.loads((folder / "warm-run.json").read_text())["result"]["timezone"] == "UTC"
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        serve.wait(timeout=30)
+    assert serve.returncode == 0, serve.stderr.read() if serve.stderr else ""
+
+    # A later spawn of the first task gets the tool it called pinned (the history outlives both gateways).
+    plan = json.loads(
+        _dry_run(config, shared_data / "catalogs" / "time.json", "--task", "cold-run", "--agent", "searcher", "--format", "json")
+    )
+    assert "time__get_current_time" in plan["pinned"]
+
+
+@pytest.mark.slow
+def test_orchestrator_serve_over_stdio_presents_the_agents_tools(config: Path) -> None:
+    async def listed() -> list[str]:
+        params = StdioServerParameters(
+            command=ORCHESTRATOR, args=["--config", str(config), "serve", "--transport", "stdio"], env=dict(os.environ)
+        )
+        async with Client(params) as client:
+            return [tool.name for tool in (await client.list_tools()).tools]
+
+    assert anyio.run(listed) == ["time__convert_time", "time__get_current_time"]
+
+
+def test_a_launch_without_a_command_template_is_a_config_error(config: Path) -> None:
+    result = CliRunner().invoke(app, ["--config", str(config), "spawn", "--task", "x", "--agent", "default"])
+    assert result.exit_code == 2
+    assert "agents.default.command: not set" in result.output
+
+
+def _dry_run(config: Path, catalog: Path, *extra: str) -> Any:
+    task = [] if "--task" in extra else ["--task", "review the PR"]
+    result = CliRunner().invoke(
+        app, ["--config", str(config), "spawn", *task, "--dry-run", "--catalog", str(catalog), *extra]
+    )
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_dry_run_prints_the_plan_from_a_snapshot(config: Path, shared_data: Path) -> None:
+    plan = json.loads(_dry_run(config, shared_data / "catalogs", "--format", "json"))
+    assert {"mode", "full_tokens", "prompt_tokens", "directory_level", "fingerprint", "prompt", "tools"} <= set(plan)
+    assert plan["mode"] == "search" and plan["full_tokens"] > 100_000
+    assert [tool["name"] for tool in plan["tools"]][-1] == "call_tool"
+    again = json.loads(_dry_run(config, shared_data / "catalogs", "--format", "json"))
+    assert again["fingerprint"] == plan["fingerprint"]
+
+
+def test_dry_run_prints_provider_request_fragments(config: Path, shared_data: Path) -> None:
+    anthropic = json.loads(_dry_run(config, shared_data / "catalogs", "--format", "anthropic"))
+    openai = json.loads(_dry_run(config, shared_data / "catalogs", "--format", "openai"))
+    assert anthropic["system"] and {"name", "description", "input_schema"} == set(anthropic["tools"][0])
+    assert openai["messages"][0]["role"] == "system" and openai["tools"][0]["type"] == "function"
+    text = _dry_run(config, shared_data / "catalogs" / "time.json", "--format", "text")
+    assert "mode" in text and "full" in text and "time__get_current_time" in text
+
+
+def test_provider_formats_need_dry_run(config: Path) -> None:
+    result = CliRunner().invoke(app, ["--config", str(config), "spawn", "--task", "x", "--format", "openai"])
+    assert result.exit_code == 2 and "--dry-run" in result.output
