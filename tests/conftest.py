@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from orchestrator import telemetry
 from orchestrator.config import ServerConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -32,6 +35,17 @@ def shared_data() -> Path:
     if not (path / "catalogs").is_dir():
         pytest.skip(f"shared data not found at {path} (set ORCHESTRATOR_SHARED_DATA)")
     return path
+
+
+@pytest.fixture
+def reader() -> Iterator[InMemoryMetricReader]:
+    """A fresh MeterProvider per test, installed as the project's telemetry, read in memory."""
+    metric_reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[metric_reader])
+    telemetry.use_meter_provider(provider)
+    yield metric_reader
+    telemetry.shutdown_telemetry()
+    provider.shutdown()
 
 
 # --------------------------------------------------------------------------- test MCP servers

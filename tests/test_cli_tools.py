@@ -126,7 +126,7 @@ def test_a_broken_snapshot_is_one_error_line(config: Path, tmp_path: Path) -> No
     assert err.startswith(f"error: {bad}: invalid JSON") and err.count("\n") == 1
 
 
-def test_eval_prints_the_metrics_and_exits_1_on_a_miss(config: Path, snapshot: Path, tmp_path: Path) -> None:
+def test_eval_prints_the_metrics_and_a_miss_is_a_measurement_not_a_failure(config: Path, snapshot: Path, tmp_path: Path) -> None:
     queries = tmp_path / "queries.jsonl"
     lines = [
         {"id": "1", "query": "read a file", "gold": [["files", "read_file"]]},
@@ -140,7 +140,7 @@ def test_eval_prints_the_metrics_and_exits_1_on_a_miss(config: Path, snapshot: P
     assert report["recall_at_k"] == 0.75 and report["ranking"] in ("lexical", "hybrid")
     queries.write_text(json.dumps({"query": "xylophone", "gold": [["files", "read_file"]]}) + "\n")
     code, out, _ = run(config, "eval", str(queries), "--catalog", str(snapshot), "--ranking", "lexical")
-    assert code == 1 and "hit@5" in out
+    assert code == 0 and "hit@5" in out
 
 
 def test_without_a_snapshot_the_tools_come_from_the_configured_servers(tmp_path: Path) -> None:

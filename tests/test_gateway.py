@@ -20,12 +20,14 @@ import httpx2
 import mcp.types as types
 import pytest
 from mcp import Client
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from mcp.client.streamable_http import streamable_http_client
 
 from orchestrator.config import AgentProfile, GatewaySettings, ServerConfig, Settings, ToolSearchOverrides
 from orchestrator.errors import ConfigError, OrchestratorError
 from orchestrator.gateway import Gateway, GatewayClient, check_bind, is_loopback, mcp_config
 from orchestrator.protocols.mcp.manager import MCPManager
+from orchestrator.protocols.mcp.tokens import count_definition_tokens
 
 from .conftest import stdio_server_config
 
@@ -111,6 +113,36 @@ async def test_full_mode_proxies_every_visible_tool_under_its_qualified_name(liv
         wrong = await client.call_tool("time__get_current_time", {"timezone": 7})
         assert wrong.is_error and "at 'timezone': 7 is not of type 'string'" in _text(wrong)
     gateway.close_spawn(handle.id)
+
+
+async def test_the_gateway_records_each_servers_catalog_size_once_per_catalog_version(
+    live: tuple[Gateway, str], reader: InMemoryMetricReader
+) -> None:
+    gateway, _ = live
+    fresh = Gateway(gateway.settings, gateway.manager)  # builds its catalog with the reader installed
+    try:
+        catalog = fresh.catalog()
+        fresh.catalog()  # unchanged version: no second recording needed, values stay
+        data = reader.get_metrics_data()
+        assert data is not None
+        gauges = {
+            (metric.name, dict(point.attributes)["server"]): point.value
+            for resource in data.resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+            if metric.name in ("mcp_catalog_tools", "mcp_catalog_tokens")
+            for point in metric.data.data_points
+        }
+        time_entries = [entry for entry in catalog if entry.server == "time"]
+        expected_tokens = sum(
+            count_definition_tokens(entry.definition(), gateway.settings.mcp.tool_search.tokenizer)
+            for entry in time_entries
+        )
+        assert gauges[("mcp_catalog_tools", "time")] == len(time_entries) == 2
+        assert gauges[("mcp_catalog_tokens", "time")] == expected_tokens > 0
+        assert ("mcp_catalog_tools", "changing") in gauges
+    finally:
+        fresh.close()
 
 
 async def test_a_later_spawn_of_the_same_task_gets_the_tools_it_called_pinned(live: tuple[Gateway, str]) -> None:

@@ -31,17 +31,6 @@ from orchestrator.errors import ConfigError
 # --------------------------------------------------------------------------- helpers
 
 
-@pytest.fixture
-def reader() -> Iterator[InMemoryMetricReader]:
-    """A fresh MeterProvider per test, read with the SDK's in-memory reader."""
-    metric_reader = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[metric_reader])
-    telemetry.use_meter_provider(provider)
-    yield metric_reader
-    telemetry.shutdown_telemetry()
-    provider.shutdown()
-
-
 @pytest.fixture(autouse=True)
 def _no_telemetry_left_behind() -> Iterator[None]:
     yield

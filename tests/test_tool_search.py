@@ -63,16 +63,6 @@ def engine(catalog: ToolCatalog) -> ToolSearchEngine:
     return ToolSearchEngine(catalog, ToolSearchSettings(search_limit=5, max_expand=3), ranking="lexical")
 
 
-@pytest.fixture
-def reader() -> Iterator[InMemoryMetricReader]:
-    metric_reader = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[metric_reader])
-    telemetry.use_meter_provider(provider)
-    yield metric_reader
-    telemetry.shutdown_telemetry()
-    provider.shutdown()
-
-
 def names(hits: list[SearchHit]) -> list[str]:
     return [hit.name for hit in hits]
 

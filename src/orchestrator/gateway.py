@@ -50,11 +50,13 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from . import telemetry
 from .config import Settings
 from .errors import ConfigError, OrchestratorError
 from .formats import to_mcp_tool
 from .meta_tools import META_TOOL_NAMES, MetaTools
 from .protocols.mcp.catalog import ToolCatalog
+from .protocols.mcp.tokens import count_definition_tokens
 from .protocols.mcp.tool_search import ToolSearchEngine
 from .spawn import ProfileFilter, SpawnPlan, TaskHistory, effective_tool_search, plan_spawn, task_key
 
@@ -251,7 +253,19 @@ class Gateway:
         version = self.manager.version
         if self._catalog is None or self._catalog[0] != version:
             self._catalog = (version, ToolCatalog.from_lists(self.manager.tool_lists()))
+            self._record_catalog_sizes(self._catalog[1])
         return self._catalog[1]
+
+    def _record_catalog_sizes(self, catalog: ToolCatalog) -> None:
+        """Per-server tools and full-definition tokens, once per catalog version (the gauges users watch)."""
+        tokenizer = self.settings.mcp.tool_search.tokenizer
+        sizes: dict[str, list[int]] = {}
+        for entry in catalog:
+            size = sizes.setdefault(entry.server, [0, 0])
+            size[0] += 1
+            size[1] += count_definition_tokens(entry.definition(), tokenizer)
+        for server, (tools, tokens) in sorted(sizes.items()):
+            telemetry.record_catalog(server, tools, tokens)
 
     def _view(self, agent: str) -> _AgentView:
         view = self._views.get(agent)

@@ -95,7 +95,7 @@ def one_line(text: str | None, limit: int = SUMMARY_LIMIT) -> str:
         return ""
     if not isinstance(text, str):  # odd input from a server (a number, a list): describe, never raise
         text = str(text)
-    kept = "".join(_safe_char(c) for c in text)
+    kept = text.translate(_ASCII_SAFE) if text.isascii() else "".join(_safe_char(c) for c in text)
     line = " ".join(kept.split())
     if len(line) <= limit:
         return line
@@ -259,3 +259,8 @@ def _safe_char(char: str) -> str:
     if category.startswith("C"):  # Cc control, Cf format (ZWSP, bidi), Cs, Co private use, Cn unassigned
         return ""
     return char
+
+
+_ASCII_SAFE = str.maketrans({chr(code): _safe_char(chr(code)) for code in range(128)})
+"""`_safe_char` precomputed for ASCII: most descriptions are ASCII, and a per-character loop dominated
+building a 10,000-tool catalog (about 1.7 s) before this table."""
