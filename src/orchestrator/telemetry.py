@@ -47,7 +47,9 @@ __all__ = [
     "CATALOG_TOKENS",
     "CATALOG_TOOLS",
     "CLIENT_OPERATION_DURATION",
+    "FALLBACK_KINDS",
     "METER_NAME",
+    "RANKINGS",
     "SEARCH_DURATION",
     "SEARCH_EXPANDED_TOOLS",
     "SEARCH_INVOCATIONS",
@@ -84,6 +86,21 @@ SpawnMode = Literal["full", "search"]
 SEARCH_OUTCOMES: tuple[str, ...] = ("hit", "miss", "expand")
 CALL_RESULTS: tuple[str, ...] = ("ok", "tool_error", "timeout", "transport_error")
 SPAWN_MODES: tuple[str, ...] = ("full", "search")
+RANKINGS: tuple[str, ...] = ("lexical", "hybrid")
+"""The ranking that answered a search (`ranking` attribute of the search metrics)."""
+FALLBACK_KINDS: tuple[str, ...] = (
+    "disabled",
+    "missing_extra",
+    "hash_mismatch",
+    "load_failed",
+    "embed_failed",
+    "slow_query",
+    "warming",
+    "blend_failed",
+)
+"""Why hybrid ranking was asked for but a search was answered lexically (`fallback` attribute): the
+`SemanticUnavailable` kinds, `warming` while the catalog's vectors are computed, `blend_failed` for a
+custom ScoreBlend that raised."""
 
 METER_NAME = "orchestrator"
 """Instrumentation scope of every project metric and span."""
@@ -220,10 +237,24 @@ class Telemetry:
 
     # ------------------------------------------------------------------ recording
 
-    def record_search(self, outcome: SearchOutcome, duration_s: float, hits: int) -> None:
+    def record_search(
+        self,
+        outcome: SearchOutcome,
+        duration_s: float,
+        hits: int,
+        *,
+        ranking: str | None = None,
+        fallback: str | None = None,
+    ) -> None:
         """See the module-level `record_search`."""
         _check(outcome, ("hit", "miss"), "search outcome")
         attributes = {"outcome": outcome}
+        if ranking is not None:
+            _check(ranking, RANKINGS, "search ranking")
+            attributes["ranking"] = ranking
+        if fallback is not None:
+            _check(fallback, FALLBACK_KINDS, "ranking fallback")
+            attributes["fallback"] = fallback
         self._search_invocations.add(1, attributes)
         self._search_duration.record(max(0.0, duration_s), attributes)
         self._search_results.record(max(0, hits))
@@ -527,12 +558,23 @@ def _process_tracer_provider(resource: Resource) -> SDKTracerProvider:
 # --------------------------------------------------------------------------- the recording API
 
 
-def record_search(outcome: SearchOutcome, duration_s: float, hits: int) -> None:
+def record_search(
+    outcome: SearchOutcome,
+    duration_s: float,
+    hits: int,
+    *,
+    ranking: str | None = None,
+    fallback: str | None = None,
+) -> None:
     """One tool_search that returned tools (`hit`) or none (`miss`), its ranking time and hit count.
+
+    Args:
+        ranking: the ranking that answered (`lexical` or `hybrid`); left out of the attributes when None.
+        fallback: why hybrid ranking was asked for but lexical answered (one of FALLBACK_KINDS), or None.
 
     Never pass the query: attributes stay low-cardinality.
     """
-    current_telemetry().record_search(outcome, duration_s, hits)
+    current_telemetry().record_search(outcome, duration_s, hits, ranking=ranking, fallback=fallback)
 
 
 def record_expand(count: int) -> None:

@@ -162,6 +162,7 @@ def register(app: typer.Typer) -> None:
         tools = load_catalog(settings, catalog, quiet=as_json)
         engine = ToolSearchEngine(tools, settings.mcp.tool_search, ranking=ranking)
         with progress(f"Running {len(query_list)} queries…", enabled=not as_json):
+            engine.warm()  # hybrid: embed uncached tools first, so every query is ranked the way it reports
             report = evaluate(engine.search, tools, query_list, k)
         if as_json:
             print_json({**report.to_dict(), "ranking": engine.ranking_used})

@@ -5,7 +5,8 @@
         search  the fixed header + a compact directory (see directory.py), the meta-tool definitions
                 (`tool_search`, `expand_tools`) and the pinned tools with full schemas
 
-    ToolSearchEngine(catalog).search(query)      exact name / `select:NAME` first, then BM25 (ranking.py)
+    ToolSearchEngine(catalog).search(query)      exact name / `select:NAME` first, then BM25 (ranking.py),
+                                                 blended with embeddings for hybrid ranking (semantic.py)
     ToolSearchEngine(catalog).expand_tools(names) full definitions, refused over `max_expand`
 
 The catalog, token counting, analysis and the directory live in their own modules; this one decides.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -25,7 +27,7 @@ import numpy as np
 
 from ... import telemetry
 from ...config import ToolSearchSettings
-from ...errors import ExpandError, SearchQueryError, ToolNotFoundError
+from ...errors import ExpandError, SearchQueryError, SemanticUnavailable, ToolNotFoundError
 from .catalog import ToolCatalog, ToolEntry
 from .directory import DIRECTORY_HEADER, Directory, build_directory
 from .ranking import Analyzer, LexicalIndex
@@ -55,6 +57,8 @@ _SUGGESTION_CUTOFF = 0.6
 """difflib similarity below which a name is not offered as a correction."""
 _PLAN_CACHE_SIZE = 64
 """Plans kept per process (catalog version x settings); a gateway serves a handful of profiles."""
+
+log = logging.getLogger(__name__)
 
 META_TOOL_DEFINITIONS: tuple[dict[str, Any], ...] = (
     {
@@ -262,6 +266,11 @@ class ScoreBlend(Protocol):
     ids of the documents sharing a term with the query. It returns scores and candidate ids the same way:
     only candidates can be returned, so a query with no candidates is a miss. Document ids are positions
     in `catalog.entries`. Exact-name and `select:` lookups never reach it.
+
+    `blend` fails open: when it raises (`SemanticUnavailable`, whose `kind` is counted, or anything else,
+    counted as `blend_failed`), the engine answers that query with the lexical ranking. Optional
+    members the engine uses when present: `available` (False: report lexical ranking) and
+    `wait_until_ready(timeout)` (see `ToolSearchEngine.warm`).
     """
 
     def prepare(self, catalog: ToolCatalog) -> None: ...
@@ -307,7 +316,10 @@ class ToolSearchEngine:
             raise ValueError(f"ranking must be lexical, hybrid or auto, not {requested!r}")
         self.ranking = requested
         """The ranking asked for."""
-        self._blend = blend if blend is not None or requested == "lexical" else _find_blend(self._settings)
+        self._blend, self._fallback = (
+            (blend, None) if blend is not None or requested == "lexical" else _find_blend(self._settings, requested)
+        )
+        self._blend_failure_logged = False
         self._state: _State | None = None
         self._analyzer = Analyzer()  # kept across rebuilds: a changed catalog re-analyses only new text
         self._lock = threading.Lock()
@@ -320,8 +332,26 @@ class ToolSearchEngine:
 
     @property
     def ranking_used(self) -> Literal["lexical", "hybrid"]:
-        """The ranking in effect: "hybrid" only when a blend is available."""
-        return "hybrid" if self._blend is not None else "lexical"
+        """The ranking in effect: "hybrid" only when a blend is available (and its model did not fail)."""
+        return "hybrid" if self._blend is not None and getattr(self._blend, "available", True) else "lexical"
+
+    def warm(self, timeout: float | None = None) -> bool:
+        """Build the index and, for hybrid ranking, embed the catalog's uncached tools now, waiting up to
+        `timeout` seconds (None: as long as it takes).
+
+        Searches never wait for embeddings (they answer lexically until ready); call this where waiting
+        is right: before an evaluation or benchmark, or when a gateway starts. Returns True when searches
+        will use the ranking in effect (`ranking_used`).
+        """
+        self._current()
+        wait = getattr(self._blend, "wait_until_ready", None)
+        if wait is None:
+            return True
+        try:
+            return bool(wait(timeout))
+        except Exception:  # boundary: warming is an optimisation and must not fail the caller
+            log.warning("warming the hybrid ranking failed; searches answer lexically", exc_info=True)
+            return False
 
     @property
     def catalog(self) -> ToolCatalog:
@@ -364,27 +394,31 @@ class ToolSearchEngine:
         limit = self._settings.search_limit if k is None else k
         if limit < 1:
             raise SearchQueryError(f"tool_search limit must be at least 1, got {limit}")
-        with telemetry.span("tool_search", limit=limit):
+        with telemetry.span("tool_search", limit=limit) as span:
             started = time.perf_counter()
             state = self._current()
-            hits = self._search(state, query.strip(), limit)
-            telemetry.record_search("hit" if hits else "miss", time.perf_counter() - started, len(hits))
+            hits, ranking, fallback = self._search(state, query.strip(), limit)
+            telemetry.record_search(
+                "hit" if hits else "miss", time.perf_counter() - started, len(hits), ranking=ranking, fallback=fallback
+            )
+            span.set_attribute("ranking", ranking)
         return hits
 
-    def _search(self, state: _State, query: str, limit: int) -> list[SearchHit]:
+    def _search(self, state: _State, query: str, limit: int) -> tuple[list[SearchHit], str, str | None]:
+        """The hits, the ranking that produced them, and why hybrid ranking fell back (or None)."""
         entries = state.catalog.entries
         if query[: len(SELECT_PREFIX)].lower() == SELECT_PREFIX:
             names = [name.strip() for name in query[len(SELECT_PREFIX) :].split(",")]
             chosen = list(dict.fromkeys(doc for name in names if name for doc in self._exact(state, name)[:1]))
-            return [_hit(entries[doc], 1.0) for doc in chosen[:limit]]
+            return [_hit(entries[doc], 1.0) for doc in chosen[:limit]], "lexical", None
         exact = self._exact(state, query)
-        scores, candidates = self._scores(state, query)
+        scores, candidates, ranking, fallback = self._scores(state, query)
         ranked = LexicalIndex.top(scores, candidates, limit + len(exact))
         rest = [(doc, score) for doc, score in ranked if doc not in exact][: max(0, limit - len(exact))]
         best = max((score for _doc, score in rest), default=0.0)
         # Exact matches outrank everything, and their score says so without leaving JSON's number range.
         first = [_hit(entries[doc], float(max(best, 0.0) + 1.0)) for doc in exact[:limit]]
-        return first + [_hit(entries[doc], score) for doc, score in rest]
+        return first + [_hit(entries[doc], score) for doc, score in rest], ranking, fallback
 
     @staticmethod
     def _exact(state: _State, name: str) -> list[int]:
@@ -392,12 +426,23 @@ class ToolSearchEngine:
         catalog = state.catalog
         return [catalog.position(entry.name) for entry in catalog.matches(name)]
 
-    def _scores(self, state: _State, query: str) -> tuple[np.ndarray, np.ndarray]:
-        """Scores for every document and the ids that may be returned: the one place ranking happens."""
+    def _scores(self, state: _State, query: str) -> tuple[np.ndarray, np.ndarray, str, str | None]:
+        """Scores for every document, the ids that may be returned, the ranking used and the fallback
+        kind: the one place ranking happens. A blend that raises leaves the lexical ranking (fail open)."""
         scores, candidates = state.index.scores(state.index.query_terms(query))
-        if self._blend is not None:
-            scores, candidates = self._blend.blend(query, scores, candidates)
-        return scores, candidates
+        if self._blend is None:
+            return scores, candidates, "lexical", self._fallback
+        try:
+            blended, admitted = self._blend.blend(query, scores, candidates)
+        except SemanticUnavailable as exc:  # logged once by the scorer; counted here on every search
+            kind = exc.kind if exc.kind in telemetry.FALLBACK_KINDS else "blend_failed"
+            return scores, candidates, "lexical", kind
+        except Exception:  # boundary: a ranking failure must never reach the agent
+            if not self._blend_failure_logged:
+                self._blend_failure_logged = True
+                log.warning("hybrid ranking failed; answering with lexical ranking", exc_info=True)
+            return scores, candidates, "lexical", "blend_failed"
+        return blended, admitted, "hybrid", None
 
     # ------------------------------------------------------------------ expand
 
@@ -450,15 +495,19 @@ def _hit(entry: ToolEntry, score: float) -> SearchHit:
     return SearchHit(entry.name, entry.server, entry.tool, entry.summary, score)
 
 
-def _find_blend(settings: ToolSearchSettings) -> ScoreBlend | None:
-    """The embedding scorer for hybrid/auto ranking, or None (lexical) when it is not installed.
+def _find_blend(settings: ToolSearchSettings, ranking: str) -> tuple[ScoreBlend | None, str | None]:
+    """The embedding scorer for hybrid/auto ranking and None, or None and why searches stay lexical.
 
-    The optional `semantic` module provides `create_blend(settings) -> ScoreBlend | None` and returns
-    None (after logging why) when its extra or model is unavailable: hybrid fails open to lexical.
+    `semantic.create_blend(settings)` returns the blend, or raises `SemanticUnavailable` (after logging
+    why, once) when hybrid ranking cannot run in this process (`disabled`, `missing_extra`, a model that
+    failed to load): the engine answers lexically and counts that kind on every search.
     """
     try:
         from . import semantic
-    except ImportError:
-        return None
-    create = getattr(semantic, "create_blend", None)
-    return create(settings) if callable(create) else None
+
+        return semantic.create_blend(settings.model_copy(update={"ranking": ranking})), None
+    except SemanticUnavailable as exc:
+        return None, exc.kind if exc.kind in telemetry.FALLBACK_KINDS else "blend_failed"
+    except Exception:  # boundary: an optional ranking must never stop the engine from being built
+        log.warning("hybrid ranking could not be set up; answering with lexical ranking", exc_info=True)
+        return None, "load_failed"
