@@ -16,7 +16,7 @@ $(STAMP_DEMO): $(BIN)/python pyproject.toml
 	touch $@
 
 $(STAMP_TEST): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[test,demo]'
+	$(BIN)/python -m pip install --quiet -e '.[test,demo,semantic]'
 	touch $@
 
 install-demo: $(STAMP_DEMO)
