@@ -88,6 +88,14 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
 
+def report_targets(checks: Sequence[tuple[str, bool]]) -> int:
+    """Print each target with PASS/FAIL; the exit code is 0 only when every target holds."""
+    print("\nTargets")
+    for label, ok in checks:
+        print(f"  {verdict(ok)}  {label}")
+    return 0 if all(ok for _label, ok in checks) else 1
+
+
 def percentile(values: Sequence[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]

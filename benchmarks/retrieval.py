@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from _common import CATALOGS, RETRIEVAL, SETS, PlainBM25, table, verdict
+from _common import CATALOGS, RETRIEVAL, SETS, PlainBM25, report_targets, table
 
 from orchestrator.protocols.mcp import ranking
 from orchestrator.protocols.mcp.catalog import ToolCatalog, read_snapshot
@@ -164,10 +164,7 @@ def main() -> int:
             ablation_rows.append(cells)
         table(["variant", *SETS], ablation_rows)
 
-    print("\nTargets")
-    for label, ok in verdicts:
-        print(f"  {verdict(ok)}  {label}")
-    return 0 if all(ok for _label, ok in verdicts) else 1
+    return report_targets(verdicts)
 
 
 ABLATIONS: dict[str, dict[str, object]] = {

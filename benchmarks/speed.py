@@ -43,7 +43,7 @@ import tempfile
 import time
 
 import numpy as np
-from _common import CATALOGS, RETRIEVAL, SETS, median, percentile, replicated_lists, same_scores, table, verdict
+from _common import CATALOGS, RETRIEVAL, SETS, median, percentile, replicated_lists, same_scores, report_targets, table
 
 from orchestrator.config import ToolSearchSettings
 from orchestrator.protocols.mcp import tool_search
@@ -191,10 +191,7 @@ def main() -> int:
     ]
     if args.hybrid:
         checks += hybrid_speed(texts)
-    print("\nTargets")
-    for label, ok in checks:
-        print(f"  {verdict(ok)}  {label}")
-    return 0 if all(ok for _label, ok in checks) else 1
+    return report_targets(checks)
 
 
 def hybrid_speed(texts: list[str]) -> list[tuple[str, bool]]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 
-from _common import CATALOGS, table, verdict
+from _common import CATALOGS, report_targets, table
 
 from orchestrator.config import ToolSearchSettings
 from orchestrator.protocols.mcp.catalog import ToolCatalog, read_snapshot
@@ -109,10 +109,7 @@ def main() -> int:
     )
     print(f"\nreason at 590 tools: {final.reason}")
     print(f"search-mode tools sent: {json.dumps([tool['name'] for tool in final.tools])}")
-    print("\nTargets")
-    for label, ok in checks:
-        print(f"  {verdict(ok)}  {label}")
-    return 0 if all(ok for _label, ok in checks) else 1
+    return report_targets(checks)
 
 
 if __name__ == "__main__":
