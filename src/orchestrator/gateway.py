@@ -56,8 +56,7 @@ from .errors import ConfigError, OrchestratorError
 from .formats import to_mcp_tool
 from .meta_tools import META_TOOL_NAMES, MetaTools
 from .protocols.mcp.catalog import ToolCatalog
-from .protocols.mcp.tokens import count_definition_tokens
-from .protocols.mcp.tool_search import ToolSearchEngine
+from .protocols.mcp.tool_search import ToolSearchEngine, entry_tokens
 from .spawn import ProfileFilter, SpawnPlan, TaskHistory, effective_tool_search, plan_spawn, task_key
 
 __all__ = [
@@ -263,7 +262,7 @@ class Gateway:
         for entry in catalog:
             size = sizes.setdefault(entry.server, [0, 0])
             size[0] += 1
-            size[1] += count_definition_tokens(entry.definition(), tokenizer)
+            size[1] += entry_tokens(entry, tokenizer)
         for server, (tools, tokens) in sorted(sizes.items()):
             telemetry.record_catalog(server, tools, tokens)
 

@@ -11,7 +11,6 @@ is filled in, and the process is awaited within the profile's `timeout_s`.
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import json
 import os
 import signal
@@ -28,6 +27,7 @@ import anyio
 from .config import AgentProfile, Settings
 from .errors import ConfigError
 from .gateway import Gateway, GatewayClient, client_base_url
+from .protocols.mcp.tool_search import matches_any
 from .spawn import TaskHistory, task_history_dir
 
 __all__ = [
@@ -108,7 +108,7 @@ def profile_servers(settings: Settings, profile: AgentProfile) -> list[str]:
     return [
         name
         for name, server in settings.mcp.servers.items()
-        if server.enabled and any(fnmatch.fnmatchcase(name, pattern) for pattern in profile.servers)
+        if server.enabled and matches_any(name, profile.servers)
     ]
 
 

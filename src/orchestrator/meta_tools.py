@@ -13,7 +13,6 @@ manager to the first ready server offering the tool.
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,10 +68,6 @@ CALL_TOOL_DEFINITION: dict[str, Any] = {
     },
 }
 
-SUGGESTIONS = 3
-# Closest names offered for an unknown tool: enough to spot a typo, few enough to read in one line.
-_SUGGESTION_CUTOFF = 0.5
-# difflib ratio below which a name is not "close": avoids suggesting unrelated tools.
 _EXPECTED_LIMIT = 12
 # Parameters listed in an "expected arguments" hint; the model can expand_tools for the rest.
 
@@ -261,8 +256,7 @@ class MetaTools:
             )
 
     def _unknown_message(self, name: str) -> str:
-        names = [entry.name for entry in self._engine.catalog]
-        close = difflib.get_close_matches(name, names, n=SUGGESTIONS, cutoff=_SUGGESTION_CUTOFF)
+        close = self._engine.closest(name)
         hint = f" Closest names: {', '.join(close)}." if close else ""
         return f"unknown tool {name!r}.{hint} Use tool_search to find the right tool name."
 

@@ -10,11 +10,8 @@ Pure apart from `TaskHistory` (a small JSON file per task) and one telemetry eve
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,7 +24,8 @@ from .config import AgentProfile, Settings, ToolSearchSettings
 from .meta_tools import CALL_TOOL, CALL_TOOL_DEFINITION, META_TOOL_NAMES
 from .protocols.mcp.catalog import ToolCatalog, ToolEntry
 from .protocols.mcp.tokens import compact_json, count_definition_tokens
-from .protocols.mcp.tool_search import plan_tools
+from .protocols.mcp.cache import atomic_write_text
+from .protocols.mcp.tool_search import matches_any, plan_tools
 
 __all__ = [
     "RECENT_TOOLS_LIMIT",
@@ -61,14 +59,14 @@ class ProfileFilter:
         return cls(tuple(profile.servers), tuple(profile.allow), tuple(profile.deny))
 
     def allows_server(self, server: str) -> bool:
-        return _matches(server, self.servers)
+        return matches_any(server, self.servers)
 
     def visible(self, entry: ToolEntry) -> bool:
         """Offered by an allowed server, matched by `allow`, not matched by `deny` (deny wins)."""
         return (
             any(self.allows_server(server) for server in entry.servers)
-            and _matches(entry.name, self.allow)
-            and not _matches(entry.name, self.deny)
+            and matches_any(entry.name, self.allow)
+            and not matches_any(entry.name, self.deny)
         )
 
     def routes(self, entry: ToolEntry) -> tuple[str, ...]:
@@ -252,9 +250,7 @@ class TaskHistory:
             return
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as handle:
-                json.dump({"task_id": task_id, "recent": names}, handle)
-            os.replace(handle.name, path)
+            atomic_write_text(path, json.dumps({"task_id": task_id, "recent": names}))
         except OSError:  # boundary: history is an optimisation; a read-only cache must not fail a spawn
             pass
 
@@ -268,6 +264,3 @@ def _current_names(catalog: ToolCatalog, names: Iterable[str]) -> list[str]:
             current.setdefault(entry.name)
     return list(current)
 
-
-def _matches(name: str, patterns: Sequence[str]) -> bool:
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)

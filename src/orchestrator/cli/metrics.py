@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .. import telemetry
 from ..errors import OrchestratorError
+from ..gateway import client_base_url
 from ._common import console, loaded_config, print_json, print_table
 
 __all__ = [
@@ -51,8 +52,6 @@ _CALLS = f"{telemetry.TOOL_CALLS}_total"
 _CALL_SECONDS = telemetry.CLIENT_OPERATION_DURATION.replace(".", "_") + "_seconds"
 _CATALOG_TOOLS = telemetry.CATALOG_TOOLS
 _CATALOG_TOKENS = telemetry.CATALOG_TOKENS
-
-_WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]"}
 
 
 @dataclass(frozen=True)
@@ -191,11 +190,7 @@ def _ratio(numerator: float, denominator: float) -> float | None:
 
 def default_url(host: str, port: int) -> str:
     """The scrape URL for `telemetry.prometheus.host/port`; a wildcard bind address is reached on loopback."""
-    if host in _WILDCARD_HOSTS:
-        host = "127.0.0.1"
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"http://{host}:{port}/metrics"
+    return f"{client_base_url(host, port)}/metrics"
 
 
 def scrape(url: str, timeout: float = SCRAPE_TIMEOUT_S) -> str:

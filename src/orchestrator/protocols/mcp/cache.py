@@ -26,7 +26,7 @@ import platformdirs
 
 from ...config import ServerConfig
 
-__all__ = ["CACHE_FORMAT", "CachedToolList", "ToolListCache", "config_key", "default_cache_dir"]
+__all__ = ["CACHE_FORMAT", "CachedToolList", "ToolListCache", "atomic_write_text", "config_key", "default_cache_dir"]
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class ToolListCache:
         }
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self._path(name, key)
-        _atomic_write(path, json.dumps(payload, ensure_ascii=False, separators=(",", ":")))
+        atomic_write_text(path, json.dumps(payload, ensure_ascii=False, separators=(",", ":")))
         self._prune(name, keep=path)
         return entry
 
@@ -155,8 +155,9 @@ def _slug(name: str) -> str:
     return _SLUG_UNSAFE.sub("_", name)[:_SLUG_MAX] or "_"
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder and a rename."""
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same folder and a rename: readers see the
+    old file or the new one, never half of it."""
     fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

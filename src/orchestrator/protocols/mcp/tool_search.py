@@ -44,6 +44,8 @@ __all__ = [
     "ToolPlan",
     "ToolSearchEngine",
     "count_tokens",
+    "entry_tokens",
+    "matches_any",
     "plan_tools",
 ]
 
@@ -173,8 +175,8 @@ def plan_tools(catalog: ToolCatalog, settings: ToolSearchSettings) -> ToolPlan:
 
 def _plan(catalog: ToolCatalog, settings: ToolSearchSettings) -> ToolPlan:
     encoding = settings.tokenizer
-    full_tokens = sum(_definition_tokens(entry, encoding) for entry in catalog)
-    pinned = [entry for entry in catalog if _is_pinned(entry.name, settings.pinned)]
+    full_tokens = sum(entry_tokens(entry, encoding) for entry in catalog)
+    pinned = [entry for entry in catalog if matches_any(entry.name, settings.pinned)]
     pinned_names = [entry.name for entry in pinned]
     threshold = settings.threshold_tokens
     if not settings.enabled or full_tokens <= threshold:
@@ -199,7 +201,7 @@ def _plan(catalog: ToolCatalog, settings: ToolSearchSettings) -> ToolPlan:
     prompt_tokens = (
         count_tokens(prompt, encoding)
         + sum(count_definition_tokens(definition, encoding) for definition in META_TOOL_DEFINITIONS)
-        + sum(_definition_tokens(entry, encoding) for entry in pinned)
+        + sum(entry_tokens(entry, encoding) for entry in pinned)
     )
     return ToolPlan(
         mode="search",
@@ -213,11 +215,13 @@ def _plan(catalog: ToolCatalog, settings: ToolSearchSettings) -> ToolPlan:
     )
 
 
-def _definition_tokens(entry: ToolEntry, encoding: str) -> int:
+def entry_tokens(entry: ToolEntry, encoding: str) -> int:
+    """Tokens of one catalog entry's definition as sent, cached by the entry's digest (one count per tool)."""
     return count_definition_tokens(entry.definition(), encoding, key=entry.digest)
 
 
-def _is_pinned(name: str, patterns: Sequence[str]) -> bool:
+def matches_any(name: str, patterns: Sequence[str]) -> bool:
+    """True when `name` matches one of the globs (case-sensitive): pins, agent allow/deny and server lists."""
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
@@ -478,6 +482,10 @@ class ToolSearchEngine:
             definitions = [state.catalog.entries[doc].definition() for doc in chosen]
             telemetry.record_expand(len(definitions))
         return definitions
+
+    def closest(self, name: str) -> list[str]:
+        """Known names nearest to an unknown `name`, for corrective errors (expand_tools, call_tool)."""
+        return self._closest(self._current(), name)
 
     def _closest(self, state: _State, name: str) -> list[str]:
         """Known names nearest to `name`: by spelling, else by what its words are about."""
