@@ -28,7 +28,7 @@ from orchestrator.config import ToolSearchSettings
 from orchestrator.protocols.mcp.catalog import ToolCatalog
 from orchestrator.protocols.mcp.evaluation import MRR_DEPTH, EvalQuery, EvalReport, evaluate_rankings, load_queries
 from orchestrator.protocols.mcp.ranking import LexicalIndex
-from orchestrator.protocols.mcp.semantic import SemanticScorer, admitted, blend, entry_text
+from orchestrator.protocols.mcp.semantic import SemanticScorer, admitted, blend, entry_text, query_sentences
 from orchestrator.protocols.mcp.tool_search import MAX_QUERY_CHARS
 
 K = 5
@@ -54,6 +54,11 @@ OFF_TOPIC = [
     "best exercises for lower back pain",
     "explain the rules of cricket",
     "qwzx blorft snargle",
+    "book a table for two at an italian restaurant tonight",
+    "order a large pepperoni pizza",
+    "play some relaxing jazz music",
+    "find me a cheap flight to London",
+    "what is the meaning of life",
 ]
 PARAPHRASES = [
     ("report a bug in the repository", "create_issue"),
@@ -87,17 +92,20 @@ def score_set(name: str, scorer: SemanticScorer, quick: bool) -> Scored:
     index = LexicalIndex(catalog.entries)
     tools = scorer.embed_tools({entry.name: entry_text(entry) for entry in catalog})
     accepted = [q.query.strip() for q in queries if len(q.query.strip()) <= MAX_QUERY_CHARS]
-    vectors = dict(zip(accepted, scorer.embed_tools(dict(enumerate(accepted))), strict=True))
+    # Each query as the engine embeds it: sentence by sentence (batched and cached here).
+    sentences = sorted({part for text in accepted for part in query_sentences(text)})
+    vectors = dict(zip(sentences, scorer.embed_tools(dict(enumerate(sentences))), strict=True))
     lexical, matched, cosines = [], [], []
     for query in queries:
         text = query.query.strip()
-        if text not in vectors:
+        if len(text) > MAX_QUERY_CHARS:
             lexical.append(None), matched.append(None), cosines.append(None)
             continue
         scores, candidates = index.scores(index.query_terms(text))
         mask = np.zeros(len(catalog), dtype=bool)
         mask[candidates] = True
-        lexical.append(scores), matched.append(mask), cosines.append(tools @ vectors[text])
+        query_vectors = np.stack([vectors[part] for part in query_sentences(text)])
+        lexical.append(scores), matched.append(mask), cosines.append(scorer.similarities(query_vectors, tools))
     return Scored(name, catalog, queries, lexical, matched, cosines)
 
 
@@ -162,7 +170,7 @@ def main() -> int:
     print(f"\nthe floor on the {len(real)} real tools: best cosine of each request, and what hybrid returns at floor {floor}")
     rows = []
     for query, gold in [(q, None) for q in OFF_TOPIC] + PARAPHRASES:
-        cosines = real_tools @ scorer.embed_query(query)
+        cosines = scorer.similarities(scorer.embed_query(query), real_tools)
         scores, candidates = real_index.scores(real_index.query_terms(query))
         mask = np.zeros(len(real), dtype=bool)
         mask[candidates] = True

@@ -83,14 +83,15 @@ def test_vectors_are_unit_length_deterministic_and_in_mapping_order(scorer: Sema
     np.testing.assert_allclose(np.linalg.norm(matrix, axis=1), 1.0, atol=1e-5)
     reversed_keys = dict(reversed(list(TOOLS.items())))
     np.testing.assert_allclose(scorer.embed_tools(reversed_keys), matrix[::-1], atol=1e-6)
-    one = scorer.embed_query(TOOLS["mongodb__count"])
-    np.testing.assert_allclose(one, matrix[2], atol=1e-5)  # batching and padding change nothing
+    one = scorer.embed_query(TOOLS["mongodb__count"])  # one sentence: one row
+    assert one.shape == (1, semantic.DIMENSION)
+    np.testing.assert_allclose(one[0], matrix[2], atol=1e-5)  # batching and padding change nothing
     assert scorer.embed_tools({}).shape == (0, semantic.DIMENSION)
 
 
 def test_a_text_longer_than_the_model_window_is_cut_not_refused(scorer: SemanticScorer) -> None:
-    vector = scorer.embed_query("list the open pull requests " * 200)
-    assert vector.shape == (semantic.DIMENSION,)
+    vectors = scorer.embed_query("list the open pull requests " * 200)
+    assert vectors.shape == (1, semantic.DIMENSION)
 
 
 def test_hybrid_answers_a_query_with_no_shared_word_only_when_a_tool_reaches_the_floor(
@@ -197,21 +198,22 @@ def test_a_query_embedding_over_its_time_limit_is_reported_slow(scorer: Semantic
     assert caught.value.kind == "slow_query"
     assert "limit 0.001 ms" in caught.value.reason
     # the stopped run leaves the model usable
-    assert scorer.embed_query("list open pull requests", timeout_ms=60_000).shape == (semantic.DIMENSION,)
+    assert scorer.embed_query("list open pull requests", timeout_ms=60_000).shape == (1, semantic.DIMENSION)
 
 
 # --- pure rules and the shipped data -----------------------------------------------------------
 
 
-def test_blend_normalises_lexical_scores_by_their_maximum() -> None:
-    scores = blend(np.array([4.0, 2.0, 0.0]), np.array([0.0, 0.5, 1.0]), 0.5)
+def test_blend_normalises_both_signals_by_the_querys_best() -> None:
+    scores = blend(np.array([4.0, 2.0, 0.0]), np.array([0.0, 0.25, 0.5]), 0.5)
     np.testing.assert_allclose(scores, [0.5, 0.5, 0.5])
     np.testing.assert_allclose(blend(np.array([8.0, 4.0]), np.array([0.2, 0.2]), 0.0), [1.0, 0.5])
+    np.testing.assert_allclose(blend(np.array([8.0, 4.0]), np.array([0.4, 0.1]), 1.0), [1.0, 0.25])
 
 
 def test_blend_without_any_lexical_match_is_the_cosine_alone_and_ignores_negative_cosines() -> None:
     scores = blend(np.zeros(3), np.array([0.6, -0.3, 0.2]), 0.25)
-    np.testing.assert_allclose(scores, [0.15, 0.0, 0.05])
+    np.testing.assert_allclose(scores, [0.25, 0.0, 0.25 / 3])
 
 
 def test_admitted_keeps_lexical_matches_and_tools_at_or_over_the_floor() -> None:
@@ -223,13 +225,58 @@ def test_admitted_keeps_lexical_matches_and_tools_at_or_over_the_floor() -> None
 
 def test_blend_counts_negative_bm25_scores_as_no_lexical_evidence() -> None:
     np.testing.assert_allclose(blend(np.array([2.0, -1.0]), np.array([0.0, 0.0]), 0.5), [0.5, 0.0])
-    np.testing.assert_allclose(blend(np.array([-0.4, -0.4]), np.array([0.2, 0.4]), 0.5), [0.1, 0.2])
+    np.testing.assert_allclose(blend(np.array([-0.4, -0.4]), np.array([0.2, 0.4]), 0.5), [0.25, 0.5])
 
 
-def test_tool_text_holds_server_split_name_description_and_parameter_names() -> None:
+def test_tool_text_holds_description_then_server_split_name_and_parameter_names() -> None:
     text = tool_text("github", "createPullRequest", "Open a PR.", ["head_branch", "baseRef"])
-    assert text == "github: create pull request. Open a PR. Parameters: head branch, base ref."
-    assert tool_text("time", "now", None) == "time: now. "
+    assert text == "Open a PR. (github create pull request, with head branch, base ref)"
+    assert tool_text("time", "now", None) == "time now"
+    assert tool_text("time", "now", "  Current\n time.  ") == "Current time. (time now)"
+
+
+def test_tool_text_cuts_a_long_description_so_the_label_survives_the_model_window(scorer: SemanticScorer) -> None:
+    description = " ".join(f"word{i}" for i in range(500))
+    text = tool_text("docs", "search_pages", description, ["query"])
+    assert text.endswith("(docs search pages, with query)")
+    assert len(text.split()) == semantic.DESCRIPTION_WORDS + 5
+    ordinary = "Search the documentation pages of a project for a phrase and return the matching sections. "
+    tokens = scorer.count_tokens([tool_text("docs", "search_pages", ordinary * 6, ["query"])])
+    assert tokens < semantic.MAX_TOKENS  # under the model's cut: the label is read, not dropped
+
+
+@pytest.mark.parametrize(
+    ("query", "sentences"),
+    [
+        ("what time is it in Tokyo", ["what time is it in Tokyo"]),
+        ("Delete my alarm at 7. My username is foo!  Thanks", ["Delete my alarm at 7.", "My username is foo!"]),
+        ("Yes. Sure.", ["Yes. Sure."]),  # nothing longer than a word: the whole request, once
+        ("first line\nsecond line? ok", ["first line", "second line?"]),
+        ("v1.2 of the api", ["v1.2 of the api"]),  # no space after the dot: not a sentence end
+    ],
+)
+def test_query_sentences_split_a_request_into_its_sentences(query: str, sentences: list[str]) -> None:
+    assert semantic.query_sentences(query) == sentences
+
+
+def test_query_sentences_keep_at_most_the_limit() -> None:
+    parts = semantic.query_sentences(" ".join(f"Sentence number {i}." for i in range(40)))
+    assert len(parts) == semantic.MAX_QUERY_SENTENCES
+    assert parts[-1].startswith("Sentence number 15.") and parts[-1].endswith("Sentence number 39.")
+
+
+def test_each_tool_scores_its_best_sentence_of_a_request(scorer: SemanticScorer) -> None:
+    """A two-part request: the whole-request vector leans to the first part; sentence by sentence both
+    tools it needs come first."""
+    matrix = scorer.embed_tools(TOOLS)
+    request = "Please open the website example.com in the browser. Also, what time is it in Tokyo?"
+    vectors = scorer.embed_query(request)
+    assert vectors.shape == (2, semantic.DIMENSION)
+    cosines = scorer.similarities(vectors, matrix)
+    np.testing.assert_allclose(cosines, np.max(matrix @ vectors.T, axis=1), atol=1e-6)
+    top_two = {list(TOOLS)[i] for i in np.argsort(-cosines)[:2]}
+    assert top_two == {"playwright__browser_navigate", "time__get_current_time"}
+    assert scorer.similarities(vectors, matrix[:0]).shape == (0,)
 
 
 def test_the_shipped_vocabulary_is_the_pinned_bert_base_uncased_file() -> None:
@@ -304,5 +351,5 @@ def test_the_cache_folder_comes_from_the_environment_or_the_user_cache(monkeypat
 
 def test_tool_text_splits_names_like_the_lexical_analyzer() -> None:
     name = "getHTTPResponse_v2"
-    assert tool_text("web", name, "") == f"web: {' '.join(split_words(name))}. "
-    assert tool_text("web", name, "") == "web: get http response v 2. "
+    assert tool_text("web", name, "") == f"web {' '.join(split_words(name))}"
+    assert tool_text("web", name, "") == "web get http response v 2"

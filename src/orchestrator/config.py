@@ -167,14 +167,15 @@ class ToolSearchSettings(_Model):
     ranking: Literal["lexical", "hybrid", "auto"] = "auto"
     """lexical: BM25 only; hybrid: BM25 blended with a local embedding model (the `semantic` extra);
     auto: hybrid when the extra is installed and its model loads, lexical otherwise."""
-    hybrid_weight: float = Field(0.4, ge=0, le=1)
-    """Weight of the embedding similarity in the hybrid blend (the rest is normalised BM25). 0.4 had the best
-    mean hit@5 over the three development sets among the weights that leave no set below lexical ranking
-    (auto turns hybrid on by itself, so it must not make a catalog worse); see docs/tool-search.md."""
-    semantic_floor: float = Field(0.30, ge=-1, le=1)
+    hybrid_weight: float = Field(0.55, ge=0, le=1)
+    """Weight of the embedding similarity in the hybrid blend (the rest is BM25; both normalised by the
+    query's best). 0.55 had the best mean hit@5 over the three development sets among the weights that leave
+    no set below lexical ranking (auto turns hybrid on by itself, so it must not make a catalog worse);
+    see docs/tool-search.md."""
+    semantic_floor: float = Field(0.25, ge=-1, le=1)
     """A query that shares no word with any tool is a miss unless its best cosine reaches this, and hybrid
-    results add no tool below it that lexical did not match (0.30: above the best cosine of off-topic
-    requests against the 590 real tools, below that of paraphrases the model gets right)."""
+    results add no tool below it that lexical did not match (0.25: above the best cosine of unrelated
+    requests against the 590 real tools, 0.12-0.23, below that of paraphrases the model gets right)."""
     embedding_timeout_ms: float = Field(250.0, gt=0)
     """A query embedding slower than this answers with the lexical ranking instead."""
 
