@@ -292,3 +292,68 @@ def test_the_cache_reembeds_only_changed_tools(
     assert engine.warm(timeout=60)
     assert shared_scorer().texts_embedded == 1
     assert names(engine.search("how many documents match"))[0] == "mongodb__count"
+
+
+# --------------------------------------------------------------------------- the gateway
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_the_gateway_embeds_its_catalog_when_it_starts_so_the_first_search_is_hybrid(
+    loaded: semantic._Shared, reader: InMemoryMetricReader, tmp_path: Path
+) -> None:
+    """No search yet: starting to serve hands the tools to the background embedding; the first search of
+    the first spawn is then ranked by meaning, with nothing left to embed but its query."""
+    import anyio
+
+    from orchestrator.config import ServerConfig, Settings
+    from orchestrator.gateway import Gateway
+    from orchestrator.protocols.mcp.manager import MCPManager
+
+    server = ServerConfig(command=sys.executable, args=["-m", "mcp_server_time", "--local-timezone", "UTC"])
+    settings = Settings(
+        mcp={
+            "servers": {"time": server},
+            "cache_dir": tmp_path / "cache",
+            "tool_search": {"threshold_tokens": 0, "embedding_timeout_ms": 10_000},
+        }
+    )
+    async with MCPManager(settings) as manager:
+        gateway = Gateway(settings, manager)
+        async with gateway.running("127.0.0.1", 0):
+            scorer = shared_scorer()
+            keys = scorer.keys(semantic.entry_text(entry) for entry in gateway.catalog())
+            assert len(keys) == 2
+            with anyio.fail_after(30):
+                while scorer.cached(keys)[0] is None:
+                    await anyio.sleep(0.05)
+            assert searches(reader) == {}  # embedded before anybody searched
+            embedded = scorer.texts_embedded
+            handle = gateway.open_spawn("what time is it", "default")
+            assert handle.plan.mode == "search"
+            hits = gateway._view("default").engine.search("what time is it in Tokyo")
+            assert names(hits)[0] in {"time__get_current_time", "time__convert_time"}
+            assert searches(reader) == {("hit", "hybrid", None): 1}
+            assert scorer.texts_embedded == embedded + 1  # the query only
+        gateway.close()
+
+
+@pytest.mark.anyio
+async def test_a_full_mode_gateway_embeds_nothing(loaded: semantic._Shared, tmp_path: Path) -> None:
+    from orchestrator.config import ServerConfig, Settings
+    from orchestrator.gateway import Gateway
+    from orchestrator.protocols.mcp.manager import MCPManager
+
+    server = ServerConfig(command=sys.executable, args=["-m", "mcp_server_time", "--local-timezone", "UTC"])
+    settings = Settings(mcp={"servers": {"time": server}, "cache_dir": tmp_path / "cache"})  # 2 tools: full
+    async with MCPManager(settings) as manager:
+        gateway = Gateway(settings, manager)
+        assert gateway.warm_search() == 0
+        async with gateway.running("127.0.0.1", 0):
+            pass
+        gateway.close()
+    assert shared_scorer().texts_embedded == 0 and not shared_scorer().warming

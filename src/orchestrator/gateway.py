@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import logging
 import ipaddress
 import json
 import re
@@ -56,8 +57,10 @@ from .errors import ConfigError, OrchestratorError
 from .formats import to_mcp_tool
 from .meta_tools import META_TOOL_NAMES, MetaTools
 from .protocols.mcp.catalog import ToolCatalog
-from .protocols.mcp.tool_search import ToolSearchEngine, entry_tokens
+from .protocols.mcp.tool_search import ToolSearchEngine, entry_tokens, plan_tools
 from .spawn import ProfileFilter, SpawnPlan, TaskHistory, effective_tool_search, plan_spawn, task_key
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_PATH",
@@ -413,8 +416,34 @@ class Gateway:
                 context.legacy_sessions.pop(next(iter(context.legacy_sessions)))
             context.legacy_sessions[key] = ctx.session
 
+    def warm_search(self) -> int:
+        """Get each profile's tool search ready before its agents ask; returns at once.
+
+        For every profile whose tools go out in search mode with hybrid ranking, the index is built and
+        the catalog's uncached tools are handed to the background embedding, so the first searches of
+        the first spawns are ranked by meaning instead of answering lexically while it warms. Full-mode
+        profiles never search, so nothing is embedded for them. The first call loads the model (about
+        0.5 s): run it off the event loop (`_warm_search`). Returns how many profiles were warmed.
+        """
+        warmed = 0
+        for view in list(self._views.values()):
+            if view.engine.ranking_used != "hybrid":
+                continue
+            if plan_tools(view.visible(), view.search_settings).mode != "search":
+                continue
+            view.engine.warm(timeout=0)
+            warmed += 1
+        return warmed
+
+    async def _warm_search(self) -> None:
+        try:
+            await anyio.to_thread.run_sync(self.warm_search)
+        except Exception:  # boundary: warming is an optimisation; searches answer lexically without it
+            log.warning("warming tool search failed; searches answer lexically until it is ready", exc_info=True)
+
     async def _on_manager_change(self, version: int) -> None:
-        """Forward a catalog change to every connected client whose view may have changed."""
+        """Forward a catalog change to every connected client whose view may have changed, and start
+        embedding the changed tools."""
         current = self.catalog().version
         if current == self._notified_version:
             return
@@ -426,6 +455,7 @@ class Gateway:
                     await session.send_tool_list_changed()
                 except Exception:  # boundary: a gone session must not stop the others hearing of it
                     context.legacy_sessions.pop(key, None)
+        await self._warm_search()
 
     def close(self) -> None:
         """Stop listening to the manager."""
@@ -437,7 +467,8 @@ class Gateway:
 
     async def serve_stdio(self) -> None:
         """Serve the gateway's own profile over stdin/stdout until the client goes away."""
-        async with stdio_server() as (read_stream, write_stream):
+        async with stdio_server() as (read_stream, write_stream), anyio.create_task_group() as tg:
+            tg.start_soon(self._warm_search)
             await self.server.run(read_stream, write_stream, self.server.create_initialization_options())
 
     async def serve_http(self, host: str, port: int) -> None:
@@ -479,6 +510,7 @@ class Gateway:
             async with anyio.create_task_group() as tg:
                 async with sessions.run():
                     tg.start_soon(serve)
+                    tg.start_soon(self._warm_search)
                     try:
                         yield self.base_url
                     finally:
