@@ -137,11 +137,11 @@ async def test_from_manager_snapshots_live_tool_lists_and_follows_changes(tmp_pa
     settings = MCPSettings(cache_dir=tmp_path, servers={"changing": stdio_server_config("changing.py")})
     with anyio.fail_after(60):
         async with MCPManager(settings) as manager:
-            before = await ToolCatalog.from_manager(manager)
-            assert await ToolCatalog.from_manager(manager) is before  # unchanged manager: same snapshot
+            before = ToolCatalog.from_manager(manager)
+            assert ToolCatalog.from_manager(manager) is before  # unchanged manager: same snapshot
             assert "changing__base" in before
             version = manager.version
             await manager.call_tool("changing", "add_tool", {"name": "brand_new"})
             await manager.wait_for_version(version, timeout=30)
-            after = await ToolCatalog.from_manager(manager)
+            after = ToolCatalog.from_manager(manager)
     assert "changing__brand_new" in after and after.version != before.version

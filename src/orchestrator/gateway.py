@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-import logging
 import ipaddress
 import json
+import logging
 import re
 import secrets
 import socket
@@ -231,7 +231,7 @@ class Gateway:
         self.base_url: str | None = None
         self._http_done = anyio.Event()
         self._token = settings.gateway.token
-        self._catalog: tuple[int, ToolCatalog] | None = None
+        self._sizes_recorded: str | None = None
         self._views: dict[str, _AgentView] = {}
         self._spawns: dict[str, _Context] = {}
         self._bus = InMemorySubscriptionBus()
@@ -251,12 +251,13 @@ class Gateway:
     # ------------------------------------------------------------------ catalog and views
 
     def catalog(self) -> ToolCatalog:
-        """Every tool the manager knows, rebuilt only when the manager's version moves."""
-        version = self.manager.version
-        if self._catalog is None or self._catalog[0] != version:
-            self._catalog = (version, ToolCatalog.from_lists(self.manager.tool_lists()))
-            self._record_catalog_sizes(self._catalog[1])
-        return self._catalog[1]
+        """Every tool the manager knows (`ToolCatalog.from_manager`: rebuilt only when the manager's
+        version moves), its per-server sizes recorded once per catalog version."""
+        catalog = ToolCatalog.from_manager(self.manager)
+        if catalog.version != self._sizes_recorded:
+            self._sizes_recorded = catalog.version
+            self._record_catalog_sizes(catalog)
+        return catalog
 
     def _record_catalog_sizes(self, catalog: ToolCatalog) -> None:
         """Per-server tools and full-definition tokens, once per catalog version (the gauges users watch)."""

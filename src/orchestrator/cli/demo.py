@@ -54,7 +54,7 @@ async def _run(settings: Settings, query: str) -> int:
                 return EXIT_FAILED
             failures += sum(1 for s in statuses if s.state is ServerState.FAILED)
 
-            catalog = await ToolCatalog.from_manager(manager)
+            catalog = ToolCatalog.from_manager(manager)
             _heading(2, f"normalized catalog: {len(catalog)} tools, version {catalog.version}")
             print_table(["qualified name", "server", "summary"], [(e.name, e.server, e.summary) for e in catalog])
 

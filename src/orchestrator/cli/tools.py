@@ -55,7 +55,7 @@ async def _live_catalog(settings: Settings, quiet: bool) -> ToolCatalog:
             for status in manager.status():
                 if status.state is not ServerState.READY and status.state is not ServerState.STOPPED:
                     err_console.print(f"warning: server {status.name!r} is {status.state}: {status.error}", markup=False)
-            return await ToolCatalog.from_manager(manager)
+            return ToolCatalog.from_manager(manager)
 
 
 def register(app: typer.Typer) -> None:

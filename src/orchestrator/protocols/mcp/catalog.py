@@ -133,7 +133,7 @@ class ToolCatalog:
         return cls(ToolEntry.from_normalized(tool) for tool in normalize(tools_by_server))
 
     @classmethod
-    async def from_manager(cls, manager: ToolListSource) -> ToolCatalog:
+    def from_manager(cls, manager: ToolListSource) -> ToolCatalog:
         """A snapshot of a live manager's tool lists; reused while the manager's version is unchanged."""
         version = manager.version
         cached = _manager_catalogs.get(manager)

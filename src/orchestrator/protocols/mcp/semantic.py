@@ -577,7 +577,7 @@ class SemanticScorer:
     def similarities(query: NDArray[np.float32], matrix: NDArray[np.float32]) -> NDArray[np.float32]:
         """Cosine of the query with every row of `matrix`: for a query of several sentences (rows of
         `query`), each tool's best sentence. All are unit vectors, so a dot product."""
-        return (matrix @ np.atleast_2d(query).T).max(axis=1) if len(matrix) else np.zeros(0, np.float32)
+        return (matrix @ np.atleast_2d(query).T).max(axis=1)
 
     def _encode(self, texts: list[str]) -> list[Any]:
         try:
