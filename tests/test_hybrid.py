@@ -14,14 +14,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import numpy as np
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from orchestrator import telemetry
-from orchestrator.config import ToolSearchSettings
+from orchestrator.config import ServerConfig, Settings, ToolSearchSettings
+from orchestrator.gateway import Gateway
 from orchestrator.protocols.mcp import semantic
 from orchestrator.protocols.mcp.catalog import ToolCatalog
+from orchestrator.protocols.mcp.manager import MCPManager
 from orchestrator.protocols.mcp.semantic import CACHE_ENV, SEMANTIC_ENV, SemanticScorer, create_blend, shared_scorer
 from orchestrator.protocols.mcp.tool_search import ToolSearchEngine
 
@@ -297,6 +300,10 @@ def test_the_cache_reembeds_only_changed_tools(
 # --------------------------------------------------------------------------- the gateway
 
 
+TIME_SERVER = ServerConfig(command=sys.executable, args=["-m", "mcp_server_time", "--local-timezone", "UTC"])
+"""The published mcp-server-time (2 tools: full mode unless the threshold forces search mode)."""
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
@@ -308,16 +315,9 @@ async def test_the_gateway_embeds_its_catalog_when_it_starts_so_the_first_search
 ) -> None:
     """No search yet: starting to serve hands the tools to the background embedding; the first search of
     the first spawn is then ranked by meaning, with nothing left to embed but its query."""
-    import anyio
-
-    from orchestrator.config import ServerConfig, Settings
-    from orchestrator.gateway import Gateway
-    from orchestrator.protocols.mcp.manager import MCPManager
-
-    server = ServerConfig(command=sys.executable, args=["-m", "mcp_server_time", "--local-timezone", "UTC"])
     settings = Settings(
         mcp={
-            "servers": {"time": server},
+            "servers": {"time": TIME_SERVER},
             "cache_dir": tmp_path / "cache",
             "tool_search": {"threshold_tokens": 0, "embedding_timeout_ms": 10_000},
         }
@@ -344,12 +344,7 @@ async def test_the_gateway_embeds_its_catalog_when_it_starts_so_the_first_search
 
 @pytest.mark.anyio
 async def test_a_full_mode_gateway_embeds_nothing(loaded: semantic._Shared, tmp_path: Path) -> None:
-    from orchestrator.config import ServerConfig, Settings
-    from orchestrator.gateway import Gateway
-    from orchestrator.protocols.mcp.manager import MCPManager
-
-    server = ServerConfig(command=sys.executable, args=["-m", "mcp_server_time", "--local-timezone", "UTC"])
-    settings = Settings(mcp={"servers": {"time": server}, "cache_dir": tmp_path / "cache"})  # 2 tools: full
+    settings = Settings(mcp={"servers": {"time": TIME_SERVER}, "cache_dir": tmp_path / "cache"})  # 2 tools: full
     async with MCPManager(settings) as manager:
         gateway = Gateway(settings, manager)
         assert gateway.warm_search() == 0
