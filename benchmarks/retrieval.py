@@ -29,11 +29,11 @@ from typing import Any
 
 from _common import CATALOGS, RETRIEVAL, SETS, PlainBM25, report_targets, table
 
-from orchestrator.protocols.mcp import ranking
-from orchestrator.protocols.mcp.catalog import ToolCatalog, read_snapshot
-from orchestrator.protocols.mcp.evaluation import MRR_DEPTH, EvalQuery, EvalReport, evaluate, evaluate_rankings, load_queries
-from orchestrator.protocols.mcp.ranking import Analyzer, LexicalIndex
-from orchestrator.protocols.mcp.tool_search import MAX_QUERY_CHARS, ToolSearchEngine
+from orchestrator.protocols.mcp import _ranking as ranking
+from orchestrator.protocols.mcp._catalog import ToolCatalog, read_snapshot
+from orchestrator.protocols.mcp._evaluation import MRR_DEPTH, EvalQuery, EvalReport, evaluate, evaluate_rankings, load_queries
+from orchestrator.protocols.mcp._ranking import Analyzer, LexicalIndex
+from orchestrator.protocols.mcp._tool_search import MAX_QUERY_CHARS, ToolSearchEngine
 
 TARGET_HIT5 = {"stabletoolbench": 0.89, "api-bank": 0.78, "metatool": 0.66}
 TARGET_HYBRID_HIT5 = {"stabletoolbench": 0.90, "api-bank": 0.80, "metatool": 0.80}
@@ -49,8 +49,7 @@ def hybrid_report(catalog: ToolCatalog, queries: list[EvalQuery]) -> tuple[EvalR
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    from orchestrator import telemetry
-
+    from orchestrator import _telemetry as telemetry
     engine = ToolSearchEngine(catalog, ranking="hybrid")
     if not engine.warm() or engine.ranking_used != "hybrid":
         raise SystemExit("hybrid ranking is not available: pip install 'orchestrator[semantic]' (see the log)")

@@ -27,12 +27,12 @@ import numpy as np
 import platformdirs
 from _common import CATALOGS, RETRIEVAL, SETS, table
 
-from orchestrator.config import ToolSearchSettings
-from orchestrator.protocols.mcp.catalog import ToolCatalog
-from orchestrator.protocols.mcp.evaluation import MRR_DEPTH, EvalQuery, EvalReport, evaluate_rankings, load_queries
-from orchestrator.protocols.mcp.ranking import LexicalIndex
-from orchestrator.protocols.mcp.semantic import SemanticScorer, admitted, blend, entry_text, query_sentences
-from orchestrator.protocols.mcp.tool_search import MAX_QUERY_CHARS
+from orchestrator._config import ToolSearchSettings
+from orchestrator.protocols.mcp._catalog import ToolCatalog
+from orchestrator.protocols.mcp._evaluation import MRR_DEPTH, EvalQuery, EvalReport, evaluate_rankings, load_queries
+from orchestrator.protocols.mcp._ranking import LexicalIndex
+from orchestrator.protocols.mcp._semantic import SemanticScorer, admitted, blend, entry_text, query_sentences
+from orchestrator.protocols.mcp._tool_search import MAX_QUERY_CHARS
 
 K = 5
 WEIGHTS = [round(w, 2) for w in np.arange(0.0, 1.0001, 0.05)]

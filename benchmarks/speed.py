@@ -45,11 +45,11 @@ import time
 import numpy as np
 from _common import CATALOGS, RETRIEVAL, SETS, median, percentile, replicated_lists, same_scores, report_targets, table
 
-from orchestrator.config import ToolSearchSettings
-from orchestrator.protocols.mcp import tool_search
-from orchestrator.protocols.mcp.catalog import ToolCatalog
-from orchestrator.protocols.mcp.evaluation import load_queries
-from orchestrator.protocols.mcp.tool_search import MAX_QUERY_CHARS, ToolSearchEngine, plan_tools
+from orchestrator._config import ToolSearchSettings
+from orchestrator.protocols.mcp import _tool_search as tool_search
+from orchestrator.protocols.mcp._catalog import ToolCatalog
+from orchestrator.protocols.mcp._evaluation import load_queries
+from orchestrator.protocols.mcp._tool_search import MAX_QUERY_CHARS, ToolSearchEngine, plan_tools
 
 SIZES = (100, 1_000, 10_000)
 K = 8
@@ -199,8 +199,8 @@ def hybrid_speed(texts: list[str]) -> list[tuple[str, bool]]:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    from orchestrator import telemetry
-    from orchestrator.protocols.mcp import semantic
+    from orchestrator import _telemetry as telemetry
+    from orchestrator.protocols.mcp import _semantic as semantic
 
     print(f"\nHybrid ranking (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; other work shares them)")
     started = time.perf_counter()

@@ -25,10 +25,10 @@ import json
 
 from _common import CATALOGS, report_targets, table
 
-from orchestrator.config import ToolSearchSettings
-from orchestrator.protocols.mcp.catalog import ToolCatalog, read_snapshot
-from orchestrator.protocols.mcp.tokens import compact_json, count_tokens
-from orchestrator.protocols.mcp.tool_search import ToolSearchEngine, plan_tools
+from orchestrator._config import ToolSearchSettings
+from orchestrator.protocols.mcp._catalog import ToolCatalog, read_snapshot
+from orchestrator.protocols.mcp._tokens import compact_json, count_tokens
+from orchestrator.protocols.mcp._tool_search import ToolSearchEngine, plan_tools
 
 ROUNDS = 25
 SEARCH_ROUNDS = (1, 6, 11, 16, 21)

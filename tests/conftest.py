@@ -16,8 +16,8 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from orchestrator import telemetry
-from orchestrator.config import ServerConfig
+from orchestrator import _telemetry as telemetry
+from orchestrator._config import ServerConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TESTS_DIR = Path(__file__).resolve().parent

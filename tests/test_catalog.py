@@ -8,10 +8,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from orchestrator.config import MCPSettings
-from orchestrator.errors import CatalogError
-from orchestrator.protocols.mcp.catalog import ToolCatalog
-from orchestrator.protocols.mcp.manager import MCPManager
+from orchestrator._config import MCPSettings
+from orchestrator._errors import CatalogError
+from orchestrator.protocols.mcp._catalog import ToolCatalog
+from orchestrator.protocols.mcp._manager import MCPManager
 
 from .conftest import stdio_server_config
 

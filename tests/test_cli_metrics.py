@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator import telemetry
-from orchestrator.cli import app
-from orchestrator.cli.metrics import default_url, summarize
-from orchestrator.config import TelemetrySettings
+from orchestrator import _telemetry as telemetry
+from orchestrator._cli import app
+from orchestrator._cli.metrics import default_url, summarize
+from orchestrator._config import TelemetrySettings
 
 runner = CliRunner()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from orchestrator.cli import app
+from orchestrator._cli import app
 
 from .conftest import server_script
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from orchestrator.cli import app
+from orchestrator._cli import app
 
 from .conftest import server_script
 from .test_tool_search import TOOLS

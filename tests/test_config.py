@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator.cli import app
-from orchestrator.config import effective_values, load_config, load_settings
-from orchestrator.errors import ConfigError
+from orchestrator._cli import app
+from orchestrator._config import effective_values, load_config, load_settings
+from orchestrator._errors import ConfigError
 
 from .conftest import REPO_ROOT
 

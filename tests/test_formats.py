@@ -5,8 +5,8 @@ from __future__ import annotations
 import mcp.types as types
 import pytest
 
-from orchestrator.errors import OrchestratorError
-from orchestrator.formats import (
+from orchestrator._errors import OrchestratorError
+from orchestrator._formats import (
     ANTHROPIC_DESCRIPTION_LIMIT,
     OPENAI_DESCRIPTION_LIMIT,
     clip_description,
@@ -15,7 +15,7 @@ from orchestrator.formats import (
     to_mcp_tool,
     to_openai,
 )
-from orchestrator.protocols.mcp.catalog import ToolCatalog
+from orchestrator.protocols.mcp._catalog import ToolCatalog
 
 SCHEMA = {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]}
 DEFINITION = {"name": "time__get_current_time", "description": "Current time in a timezone.", "input_schema": SCHEMA}

@@ -23,11 +23,11 @@ from mcp import Client
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from mcp.client.streamable_http import streamable_http_client
 
-from orchestrator.config import AgentProfile, GatewaySettings, ServerConfig, Settings, ToolSearchOverrides
-from orchestrator.errors import ConfigError, OrchestratorError
-from orchestrator.gateway import Gateway, GatewayClient, check_bind, is_loopback, mcp_config
-from orchestrator.protocols.mcp.manager import MCPManager
-from orchestrator.protocols.mcp.tokens import count_definition_tokens
+from orchestrator._config import AgentProfile, GatewaySettings, ServerConfig, Settings, ToolSearchOverrides
+from orchestrator._errors import ConfigError, OrchestratorError
+from orchestrator._gateway import Gateway, GatewayClient, check_bind, is_loopback, mcp_config
+from orchestrator.protocols.mcp._manager import MCPManager
+from orchestrator.protocols.mcp._tokens import count_definition_tokens
 
 from .conftest import stdio_server_config
 

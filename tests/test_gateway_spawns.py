@@ -16,10 +16,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from orchestrator.config import AgentProfile, GatewaySettings, ServerConfig, Settings, ToolSearchOverrides
-from orchestrator.gateway import Gateway
-from orchestrator.launch import SpawnSummary, spawn_agent
-from orchestrator.protocols.mcp.manager import MCPManager
+from orchestrator._config import AgentProfile, GatewaySettings, ServerConfig, Settings, ToolSearchOverrides
+from orchestrator._gateway import Gateway
+from orchestrator._launch import SpawnSummary, spawn_agent
+from orchestrator.protocols.mcp._manager import MCPManager
 
 AGENTS = Path(__file__).resolve().parent / "agents"
 CONCURRENT_SPAWNS = 20

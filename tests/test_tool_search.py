@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from orchestrator import telemetry
-from orchestrator.config import ToolSearchSettings
-from orchestrator.errors import ExpandError, SearchQueryError, ToolNotFoundError
-from orchestrator.protocols.mcp.catalog import ToolCatalog
-from orchestrator.protocols.mcp.evaluation import evaluate, load_queries
-from orchestrator.protocols.mcp.ranking import Analyzer, LexicalIndex, split_words, tool_document
-from orchestrator.protocols.mcp.tool_search import MAX_QUERY_CHARS, SearchHit, ToolSearchEngine
+from orchestrator import _telemetry as telemetry
+from orchestrator._config import ToolSearchSettings
+from orchestrator._errors import ExpandError, SearchQueryError, ToolNotFoundError
+from orchestrator.protocols.mcp._catalog import ToolCatalog
+from orchestrator.protocols.mcp._evaluation import evaluate, load_queries
+from orchestrator.protocols.mcp._ranking import Analyzer, LexicalIndex, split_words, tool_document
+from orchestrator.protocols.mcp._tool_search import MAX_QUERY_CHARS, SearchHit, ToolSearchEngine
 
 
 def tool(name: str, description: str, **properties: str) -> dict[str, Any]:

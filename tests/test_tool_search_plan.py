@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import ToolSearchSettings
-from orchestrator.errors import TokenizerError
-from orchestrator.protocols.mcp.catalog import ToolCatalog
-from orchestrator.protocols.mcp.directory import DIRECTORY_HEADER
-from orchestrator.protocols.mcp.tokens import count_definition_tokens, count_tokens
-from orchestrator.protocols.mcp.tool_search import META_TOOL_DEFINITIONS, plan_tools
+from orchestrator._config import ToolSearchSettings
+from orchestrator._errors import TokenizerError
+from orchestrator.protocols.mcp._catalog import ToolCatalog
+from orchestrator.protocols.mcp._directory import DIRECTORY_HEADER
+from orchestrator.protocols.mcp._tokens import count_definition_tokens, count_tokens
+from orchestrator.protocols.mcp._tool_search import META_TOOL_DEFINITIONS, plan_tools
 
 from .test_tool_search import TOOLS
 

@@ -37,10 +37,10 @@ from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
 from opentelemetry.trace import Span
 
-from .errors import ConfigError
+from ._errors import ConfigError
 
 if TYPE_CHECKING:
-    from .config import Settings, TelemetrySettings
+    from ._config import Settings, TelemetrySettings
 
 __all__ = [
     "CALL_RESULTS",

@@ -20,7 +20,7 @@ import numpy as np
 import Stemmer
 from rank_bm25 import BM25Okapi
 
-from .catalog import ToolEntry
+from ._catalog import ToolEntry
 
 __all__ = [
     "BM25_B",

@@ -40,10 +40,10 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from ... import __version__
-from ...config import ServerConfig
-from ...errors import ServerError, ToolCallTimeout, ToolExecutionError, TransportError
-from .cache import ToolListCache
-from .normalization import one_line
+from ..._config import ServerConfig
+from ..._errors import ServerError, ToolCallTimeout, ToolExecutionError, TransportError
+from ._cache import ToolListCache
+from ._normalization import one_line
 
 __all__ = ["ServerConnection", "ServerState", "ServerStatus"]
 

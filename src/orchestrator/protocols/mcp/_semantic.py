@@ -34,14 +34,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from ...errors import SemanticUnavailable
-from .ranking import split_words
+from ..._errors import SemanticUnavailable
+from ._ranking import split_words
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-    from ...config import ToolSearchSettings
-    from .catalog import ToolCatalog, ToolEntry
+    from ..._config import ToolSearchSettings
+    from ._catalog import ToolCatalog, ToolEntry
 
 __all__ = [
     "CACHE_ENV",

@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 import mcp.types as types
 
-from .errors import OrchestratorError
-from .protocols.mcp.catalog import ToolEntry
+from ._errors import OrchestratorError
+from .protocols.mcp._catalog import ToolEntry
 
 __all__ = [
     "ANTHROPIC_DESCRIPTION_LIMIT",

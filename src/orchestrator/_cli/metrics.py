@@ -18,9 +18,9 @@ from typing import Annotated
 import typer
 from prometheus_client.parser import text_string_to_metric_families
 
-from .. import telemetry
-from ..errors import OrchestratorError
-from ..gateway import client_base_url
+from .. import _telemetry as telemetry
+from .._errors import OrchestratorError
+from .._gateway import client_base_url
 from ._common import console, loaded_config, print_json, print_table
 
 __all__ = [

@@ -14,8 +14,8 @@ from typing import Annotated, Any
 import anyio
 import typer
 
-from ..config import Settings
-from ..protocols.mcp.manager import MCPManager, ServerState, ServerStatus
+from .._config import Settings
+from ..protocols.mcp._manager import MCPManager, ServerState, ServerStatus
 from ._common import EXIT_FAILED, loaded_config, print_json, print_table, progress
 
 __all__ = ["register", "server_rows"]

@@ -18,7 +18,7 @@ from typing import Any
 
 import tiktoken
 
-from ...errors import TokenizerError
+from ..._errors import TokenizerError
 
 __all__ = [
     "OFFLINE_SUFFIX",

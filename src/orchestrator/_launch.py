@@ -24,11 +24,11 @@ from typing import IO, Any, Literal
 
 import anyio
 
-from .config import AgentProfile, Settings
-from .errors import ConfigError
-from .gateway import Gateway, GatewayClient, client_base_url
-from .protocols.mcp.tool_search import matches_any
-from .spawn import TaskHistory, task_history_dir
+from ._config import AgentProfile, Settings
+from ._errors import ConfigError
+from ._gateway import Gateway, GatewayClient, client_base_url
+from .protocols.mcp._tool_search import matches_any
+from ._spawn import TaskHistory, task_history_dir
 
 __all__ = [
     "PLACEHOLDERS",
@@ -200,7 +200,7 @@ async def spawn_agent(
 @contextlib.asynccontextmanager
 async def _cold_gateway(settings: Settings, profile: AgentProfile) -> AsyncIterator[Gateway]:
     """The manager (the profile's servers only) and a gateway on a free loopback port, for one spawn."""
-    from .protocols.mcp.manager import MCPManager
+    from .protocols.mcp._manager import MCPManager
 
     history = TaskHistory(task_history_dir(settings))
     async with MCPManager(settings, servers=profile_servers(settings, profile)) as manager:

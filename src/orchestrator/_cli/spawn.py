@@ -11,10 +11,10 @@ from typing import Annotated, Any
 import anyio
 import typer
 
-from ..config import Settings
-from ..formats import render_tools
-from ..spawn import SpawnPlan, TaskHistory, plan_spawn, task_history_dir, task_key
-from ..telemetry import telemetry_session
+from .._config import Settings
+from .._formats import render_tools
+from .._spawn import SpawnPlan, TaskHistory, plan_spawn, task_history_dir, task_key
+from .._telemetry import telemetry_session
 from ._common import EXIT_FAILED, console, err_console, loaded_config, print_json, print_table
 from .tools import load_catalog
 
@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
             plan = _dry_run_plan(settings, task, agent, catalog, task_id)
             _print_plan(plan, fmt)
             return
-        from ..launch import spawn_agent
+        from .._launch import spawn_agent
 
         try:
             with telemetry_session(settings):
@@ -117,8 +117,8 @@ def register(app: typer.Typer) -> None:
 
 async def _serve(settings: Settings, agent: str, transport: Transport, host: str | None, port: int | None) -> None:
     """Run the gateway until the client goes (stdio) or SIGINT/SIGTERM arrives; always unwinds cleanly."""
-    from ..gateway import Gateway, check_bind
-    from ..protocols.mcp.manager import MCPManager
+    from .._gateway import Gateway, check_bind
+    from ..protocols.mcp._manager import MCPManager
 
     host = settings.gateway.host if host is None else host
     port = settings.gateway.port if port is None else port

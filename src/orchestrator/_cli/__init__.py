@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from ..errors import ConfigError, OrchestratorError
+from .._errors import ConfigError, OrchestratorError
 from . import config_cmd, demo, metrics, servers, spawn, tools
 from ._common import EXIT_FAILED, EXIT_USAGE, CLIState, err_console
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ...errors import CatalogError
-from .normalization import NormalizedTool, normalize, one_line, qualified_name
+from ..._errors import CatalogError
+from ._normalization import NormalizedTool, normalize, one_line, qualified_name
 
 __all__ = ["ToolCatalog", "ToolEntry", "ToolListSource", "read_snapshot"]
 

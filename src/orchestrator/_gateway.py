@@ -51,14 +51,14 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from . import telemetry
-from .config import Settings
-from .errors import ConfigError, OrchestratorError
-from .formats import to_mcp_tool
-from .meta_tools import META_TOOL_NAMES, MetaTools
-from .protocols.mcp.catalog import ToolCatalog
-from .protocols.mcp.tool_search import ToolSearchEngine, entry_tokens, plan_tools
-from .spawn import ProfileFilter, SpawnPlan, TaskHistory, effective_tool_search, plan_spawn, task_key
+from . import _telemetry as telemetry
+from ._config import Settings
+from ._errors import ConfigError, OrchestratorError
+from ._formats import to_mcp_tool
+from ._meta_tools import META_TOOL_NAMES, MetaTools
+from .protocols.mcp._catalog import ToolCatalog
+from .protocols.mcp._tool_search import ToolSearchEngine, entry_tokens, plan_tools
+from ._spawn import ProfileFilter, SpawnPlan, TaskHistory, effective_tool_search, plan_spawn, task_key
 
 log = logging.getLogger(__name__)
 

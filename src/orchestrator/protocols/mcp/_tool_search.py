@@ -25,13 +25,13 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from ... import telemetry
-from ...config import ToolSearchSettings
-from ...errors import ExpandError, SearchQueryError, SemanticUnavailable, ToolNotFoundError
-from .catalog import ToolCatalog, ToolEntry
-from .directory import DIRECTORY_HEADER, Directory, build_directory
-from .ranking import Analyzer, LexicalIndex
-from .tokens import count_definition_tokens, count_tokens
+from ... import _telemetry as telemetry
+from ..._config import ToolSearchSettings
+from ..._errors import ExpandError, SearchQueryError, SemanticUnavailable, ToolNotFoundError
+from ._catalog import ToolCatalog, ToolEntry
+from ._directory import DIRECTORY_HEADER, Directory, build_directory
+from ._ranking import Analyzer, LexicalIndex
+from ._tokens import count_definition_tokens, count_tokens
 
 __all__ = [
     "MAX_QUERY_CHARS",
@@ -511,8 +511,7 @@ def _find_blend(settings: ToolSearchSettings, ranking: str) -> tuple[ScoreBlend 
     failed to load): the engine answers lexically and counts that kind on every search.
     """
     try:
-        from . import semantic
-
+        from . import _semantic as semantic
         return semantic.create_blend(settings.model_copy(update={"ranking": ranking})), None
     except SemanticUnavailable as exc:
         return None, exc.kind if exc.kind in telemetry.FALLBACK_KINDS else "blend_failed"

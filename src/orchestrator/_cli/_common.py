@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..config import LoadedConfig, load_config
+from .._config import LoadedConfig, load_config
 
 __all__ = [
     "EXIT_FAILED",

@@ -30,7 +30,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from .errors import ConfigError
+from ._errors import ConfigError
 
 __all__ = [
     "CONFIG_ENV_VAR",

@@ -23,7 +23,7 @@ import mcp.types as types
 from jsonschema.exceptions import SchemaError
 from jsonschema.exceptions import ValidationError as SchemaValidationError
 
-from .errors import (
+from ._errors import (
     ExpandError,
     SearchQueryError,
     ServerError,
@@ -31,8 +31,8 @@ from .errors import (
     ToolExecutionError,
     ToolNotFoundError,
 )
-from .protocols.mcp.catalog import ToolCatalog, ToolEntry
-from .protocols.mcp.tool_search import META_TOOL_DEFINITIONS, ToolSearchEngine
+from .protocols.mcp._catalog import ToolCatalog, ToolEntry
+from .protocols.mcp._tool_search import META_TOOL_DEFINITIONS, ToolSearchEngine
 
 __all__ = [
     "CALL_TOOL",

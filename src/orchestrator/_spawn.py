@@ -19,13 +19,13 @@ from typing import Any, Literal
 
 import platformdirs
 
-from . import telemetry
-from .config import AgentProfile, Settings, ToolSearchSettings
-from .meta_tools import CALL_TOOL, CALL_TOOL_DEFINITION, META_TOOL_NAMES
-from .protocols.mcp.catalog import ToolCatalog, ToolEntry
-from .protocols.mcp.tokens import compact_json, count_definition_tokens
-from .protocols.mcp.cache import atomic_write_text
-from .protocols.mcp.tool_search import matches_any, plan_tools
+from . import _telemetry as telemetry
+from ._config import AgentProfile, Settings, ToolSearchSettings
+from ._meta_tools import CALL_TOOL, CALL_TOOL_DEFINITION, META_TOOL_NAMES
+from .protocols.mcp._catalog import ToolCatalog, ToolEntry
+from .protocols.mcp._tokens import compact_json, count_definition_tokens
+from .protocols.mcp._cache import atomic_write_text
+from .protocols.mcp._tool_search import matches_any, plan_tools
 
 __all__ = [
     "RECENT_TOOLS_LIMIT",

@@ -15,10 +15,10 @@ from typing import Annotated, Any
 import anyio
 import typer
 
-from ..config import Settings
-from ..protocols.mcp.catalog import ToolCatalog
-from ..protocols.mcp.evaluation import evaluate, load_queries
-from ..protocols.mcp.tool_search import ToolSearchEngine, plan_tools
+from .._config import Settings
+from ..protocols.mcp._catalog import ToolCatalog
+from ..protocols.mcp._evaluation import evaluate, load_queries
+from ..protocols.mcp._tool_search import ToolSearchEngine, plan_tools
 from ._common import EXIT_FAILED, console, err_console, loaded_config, print_json, print_table, progress
 
 __all__ = ["load_catalog", "register"]
@@ -47,7 +47,7 @@ def load_catalog(settings: Settings, path: Path | None, *, quiet: bool = False) 
 
 
 async def _live_catalog(settings: Settings, quiet: bool) -> ToolCatalog:
-    from ..protocols.mcp.manager import MCPManager, ServerState
+    from ..protocols.mcp._manager import MCPManager, ServerState
 
     enabled = sum(1 for config in settings.mcp.servers.values() if config.enabled)
     with progress(f"Connecting to {enabled} MCP server{'s' if enabled != 1 else ''}…", enabled=not quiet):

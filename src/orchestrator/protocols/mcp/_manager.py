@@ -26,11 +26,11 @@ import anyio
 import anyio.abc
 import mcp.types as types
 
-from ... import telemetry
-from ...config import MCPSettings, Settings
-from ...errors import ServerError, ToolCallTimeout, ToolExecutionError, TransportError
-from .cache import ToolListCache
-from .connection import ServerConnection, ServerState, ServerStatus
+from ... import _telemetry as telemetry
+from ..._config import MCPSettings, Settings
+from ..._errors import ServerError, ToolCallTimeout, ToolExecutionError, TransportError
+from ._cache import ToolListCache
+from ._connection import ServerConnection, ServerState, ServerStatus
 
 __all__ = ["Listener", "MCPManager", "ServerState", "ServerStatus"]
 

@@ -13,13 +13,13 @@ from typing import Annotated, Any
 import anyio
 import typer
 
-from ..config import Settings, TelemetrySettings
-from ..meta_tools import MetaTools
-from ..protocols.mcp.catalog import ToolCatalog
-from ..protocols.mcp.manager import MCPManager, ServerState
-from ..protocols.mcp.tool_search import ToolSearchEngine
-from ..spawn import ProfileFilter, plan_spawn
-from ..telemetry import telemetry_session
+from .._config import Settings, TelemetrySettings
+from .._meta_tools import MetaTools
+from ..protocols.mcp._catalog import ToolCatalog
+from ..protocols.mcp._manager import MCPManager, ServerState
+from ..protocols.mcp._tool_search import ToolSearchEngine
+from .._spawn import ProfileFilter, plan_spawn
+from .._telemetry import telemetry_session
 from ._common import EXIT_FAILED, console, loaded_config, print_table, progress
 from .metrics import print_summary, scrape, summarize
 

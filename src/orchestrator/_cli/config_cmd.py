@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ..config import effective_values
+from .._config import effective_values
 from ._common import console, loaded_config, print_json, print_table
 
 __all__ = ["register"]

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from .catalog import ToolCatalog, ToolEntry
-from .ranking import STOPWORDS, Analyzer, split_words
-from .tokens import count_tokens
+from ._catalog import ToolCatalog, ToolEntry
+from ._ranking import STOPWORDS, Analyzer, split_words
+from ._tokens import count_tokens
 
 __all__ = ["DIRECTORY_HEADER", "Directory", "DirectoryLevel", "build_directory", "topic_words"]
 

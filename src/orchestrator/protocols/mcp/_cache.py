@@ -24,7 +24,7 @@ from typing import Any
 
 import platformdirs
 
-from ...config import ServerConfig
+from ..._config import ServerConfig
 
 __all__ = ["CACHE_FORMAT", "CachedToolList", "ToolListCache", "atomic_write_text", "config_key", "default_cache_dir"]
 

@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ...errors import CatalogError, SearchQueryError
-from .catalog import ToolCatalog
+from ..._errors import CatalogError, SearchQueryError
+from ._catalog import ToolCatalog
 
 __all__ = ["MRR_DEPTH", "EvalQuery", "EvalReport", "evaluate", "evaluate_rankings", "load_queries"]
 
