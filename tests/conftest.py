@@ -16,7 +16,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from orchestrator import _telemetry as telemetry
+from orchestrator import Telemetry
 from orchestrator._config import ServerConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -52,14 +52,23 @@ def _embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]
 
 
 @pytest.fixture
-def reader() -> Iterator[InMemoryMetricReader]:
-    """A fresh MeterProvider per test, installed as the project's telemetry, read in memory."""
-    metric_reader = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[metric_reader])
-    telemetry.use_meter_provider(provider)
-    yield metric_reader
-    telemetry.shutdown_telemetry()
+def reader() -> InMemoryMetricReader:
+    """What `telemetry` recorded in this test, read in memory."""
+    return InMemoryMetricReader()
+
+
+@pytest.fixture
+def meter_provider(reader: InMemoryMetricReader) -> Iterator[MeterProvider]:
+    """A fresh MeterProvider per test over `reader`."""
+    provider = MeterProvider(metric_readers=[reader])
+    yield provider
     provider.shutdown()
+
+
+@pytest.fixture
+def telemetry(meter_provider: MeterProvider) -> Telemetry:
+    """The project's telemetry over `meter_provider`: pass it to what the test builds (engine, manager...)."""
+    return Telemetry(meter_provider=meter_provider)
 
 
 # --------------------------------------------------------------------------- test MCP servers

@@ -133,15 +133,15 @@ def test_filtered_keeps_names_and_changes_the_version() -> None:
 
 
 @pytest.mark.anyio
-async def test_from_manager_snapshots_live_tool_lists_and_follows_changes(tmp_path: Path) -> None:
+async def test_the_managers_catalog_snapshots_live_tool_lists_and_follows_changes(tmp_path: Path) -> None:
     settings = MCPSettings(cache_dir=tmp_path, servers={"changing": stdio_server_config("changing.py")})
     with anyio.fail_after(60):
         async with MCPManager(settings) as manager:
-            before = ToolCatalog.from_manager(manager)
-            assert ToolCatalog.from_manager(manager) is before  # unchanged manager: same snapshot
+            before = manager.catalog()
+            assert manager.catalog() is before  # unchanged manager: same snapshot
             assert "changing__base" in before
             version = manager.version
             await manager.call_tool("changing", "add_tool", {"name": "brand_new"})
             await manager.wait_for_version(version, timeout=30)
-            after = ToolCatalog.from_manager(manager)
+            after = manager.catalog()
     assert "changing__brand_new" in after and after.version != before.version

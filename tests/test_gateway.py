@@ -27,6 +27,7 @@ from orchestrator._config import AgentProfile, GatewaySettings, ServerConfig, Se
 from orchestrator._errors import ConfigError, OrchestratorError
 from orchestrator._gateway import Gateway, GatewayClient, check_bind, is_loopback, mcp_config
 from orchestrator.protocols.mcp._manager import MCPManager
+from orchestrator import Telemetry
 from orchestrator.protocols.mcp._tokens import count_definition_tokens
 
 from .conftest import stdio_server_config
@@ -116,10 +117,10 @@ async def test_full_mode_proxies_every_visible_tool_under_its_qualified_name(liv
 
 
 async def test_the_gateway_records_each_servers_catalog_size_once_per_catalog_version(
-    live: tuple[Gateway, str], reader: InMemoryMetricReader
+    live: tuple[Gateway, str], telemetry: Telemetry, reader: InMemoryMetricReader
 ) -> None:
     gateway, _ = live
-    fresh = Gateway(gateway.settings, gateway.manager)  # builds its catalog with the reader installed
+    fresh = Gateway(gateway.settings, gateway.manager, telemetry=telemetry)
     try:
         catalog = fresh.catalog()
         fresh.catalog()  # unchanged version: no second recording needed, values stay

@@ -20,7 +20,6 @@ from pathlib import Path
 import anyio
 import pytest
 
-from orchestrator import _telemetry as telemetry
 from orchestrator._config import MCPSettings, ServerConfig, Settings
 from orchestrator._errors import ServerError, ToolCallTimeout, ToolExecutionError, TransportError
 from orchestrator.protocols.mcp._manager import MCPManager, ServerState
@@ -213,7 +212,7 @@ async def test_calls_to_unknown_or_failed_servers_are_server_errors(fleet: Fleet
 @pytest.mark.anyio
 async def test_each_call_is_recorded_once_with_its_result(fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
     recorded: list[tuple[str, str, str, float]] = []
-    monkeypatch.setattr(telemetry, "record_tool_call", lambda *args: recorded.append(args))
+    monkeypatch.setattr(fleet.manager.telemetry, "record_tool_call", lambda *args: recorded.append(args))
     with anyio.fail_after(15):
         await fleet.manager.call_tool("sse", "echo", {"text": "x"})
         with pytest.raises(ToolExecutionError):
@@ -495,7 +494,7 @@ async def test_a_listing_is_cached_and_served_at_once_by_the_next_start(tmp_path
     assert len(started) == 1
     assert not [pid for pid in started if _alive(pid)]  # a normal close stops the child too
     assert len(live["paged"]) == 30
-    cache_files = list(tmp_path.glob("paged-*.json"))
+    cache_files = list((tmp_path / "tools").glob("paged-*.json"))
     assert len(cache_files) == 1
 
     started = time.perf_counter()
@@ -526,7 +525,7 @@ async def test_a_changed_config_does_not_reuse_the_cached_list(tmp_path: Path) -
         with anyio.fail_after(20):
             await manager.wait_for_version(0, timeout=20)
         assert len(manager.tool_lists()["paged"]) == 6
-    assert len(list(tmp_path.glob("paged-*.json"))) == 1  # the entry for the old config is gone
+    assert len(list((tmp_path / "tools").glob("paged-*.json"))) == 1  # the entry for the old config is gone
 
 
 # --------------------------------------------------------------------------- construction

@@ -16,8 +16,8 @@ from orchestrator._config import ServerConfig, Settings, ToolSearchSettings
 from orchestrator._meta_tools import CALL_TOOL, EXPAND_TOOLS, TOOL_SEARCH, MetaTools, meta_tool_definitions
 from orchestrator.protocols.mcp._catalog import ToolCatalog
 from orchestrator.protocols.mcp._manager import MCPManager
-from orchestrator.protocols.mcp._tool_search import ToolSearchEngine
-from orchestrator._spawn import ProfileFilter
+from orchestrator import ToolSearchEngine
+from orchestrator import ProfileFilter
 
 from .conftest import stdio_server_config
 

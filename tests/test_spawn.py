@@ -7,15 +7,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from orchestrator import _telemetry as telemetry
-from orchestrator._config import AgentProfile, Settings, ToolSearchOverrides
-from orchestrator._errors import ConfigError
-from orchestrator._meta_tools import CALL_TOOL
-from orchestrator.protocols.mcp._catalog import ToolCatalog
-from orchestrator._spawn import ProfileFilter, TaskHistory, fingerprint, plan_spawn, task_key
+from orchestrator import (
+    AgentProfile,
+    ConfigError,
+    ProfileFilter,
+    Settings,
+    SpawnPlan,
+    SpawnPlanner,
+    TaskHistory,
+    Telemetry,
+    ToolCatalog,
+)
+from orchestrator._config import ToolSearchOverrides
+from orchestrator._planning import CALL_TOOL, fingerprint, task_key
+from orchestrator._telemetry import SPAWNS
+
+
+def plan_spawn(task: str, agent: str, *, settings: Settings, catalog: ToolCatalog, **options: Any) -> SpawnPlan:
+    return SpawnPlanner(settings).plan(task, agent, catalog, **options)
 
 
 def _tool(name: str, description: str = "", **properties: Any) -> dict[str, Any]:
@@ -109,19 +120,24 @@ def test_an_unknown_agent_profile_is_a_config_error(catalog: ToolCatalog) -> Non
         plan_spawn("task", "ghost", settings=_settings(), catalog=catalog)
 
 
-def test_each_planned_spawn_is_counted_once_by_mode(catalog: ToolCatalog) -> None:
-    reader = InMemoryMetricReader()
-    telemetry.use_meter_provider(MeterProvider(metric_readers=[reader]))
-    try:
-        small = AgentProfile(tool_search=ToolSearchOverrides(threshold_tokens=0))
-        settings = _settings(small=small)
-        plan_spawn("a", "default", settings=settings, catalog=catalog)
-        plan_spawn("b", "small", settings=settings, catalog=catalog)
-        plan_spawn("c", "small", settings=settings, catalog=catalog, record=False)
-        counts = _spawn_counts(reader)
-    finally:
-        telemetry.shutdown_telemetry()
-    assert counts == {"full": 1, "search": 1}
+def test_each_planned_spawn_is_counted_once_by_mode(
+    catalog: ToolCatalog, telemetry: Telemetry, reader: InMemoryMetricReader
+) -> None:
+    small = AgentProfile(tool_search=ToolSearchOverrides(threshold_tokens=0))
+    planner = SpawnPlanner(_settings(small=small), telemetry=telemetry)
+    planner.plan("a", "default", catalog)
+    planner.plan("b", "small", catalog)
+    planner.plan("c", "small", catalog, record=False)
+    assert _spawn_counts(reader) == {"full": 1, "search": 1}
+
+
+def test_tools_plan_and_a_spawn_report_the_same_tokens(catalog: ToolCatalog) -> None:
+    settings = Settings(mcp={"tool_search": {"threshold_tokens": 0}})
+    planner = SpawnPlanner(settings)
+    spawn = planner.plan("task", "default", catalog, record=False)
+    tools_plan = planner.plan_tools(catalog, settings.mcp.tool_search)
+    assert spawn.prompt_tokens == tools_plan.prompt_tokens
+    assert [tool["name"] for tool in spawn.tools] == [tool["name"] for tool in tools_plan.tools]
 
 
 def test_task_history_keeps_recent_tools_newest_first_across_instances(tmp_path: Path) -> None:
@@ -146,7 +162,7 @@ def _spawn_counts(reader: InMemoryMetricReader) -> dict[str, int]:
     for resource in data.resource_metrics if data else []:
         for scope in resource.scope_metrics:
             for metric in scope.metrics:
-                if metric.name != telemetry.SPAWNS:
+                if metric.name != SPAWNS:
                     continue
                 for point in metric.data.data_points:
                     mode = str(point.attributes.get("mode"))

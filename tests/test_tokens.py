@@ -10,6 +10,7 @@ import tiktoken
 from orchestrator._errors import TokenizerError
 from orchestrator.protocols.mcp import _tokens as tokens
 from orchestrator.protocols.mcp._tokens import (
+    TokenCounter,
     compact_json,
     count_definition_tokens,
     count_tokens,
@@ -54,8 +55,10 @@ def test_a_definition_costs_the_tokens_of_its_compact_json() -> None:
     assert count_definition_tokens(DEFINITION, "cl100k_base") == count_tokens(text, "cl100k_base")
 
 
-def test_definition_counts_are_cached_by_content_key() -> None:
-    first = count_definition_tokens(DEFINITION, "cl100k_base", key="test-key-1")
-    # Same key: the cached count comes back without counting again, whatever the (stale) definition says.
-    assert count_definition_tokens({"name": "x"}, "cl100k_base", key="test-key-1") == first
-    assert ("cl100k_base", "test-key-1") in tokens._definition_counts
+def test_a_counter_remembers_definition_counts_by_content_key() -> None:
+    counter = TokenCounter("cl100k_base")
+    first = counter.definition(DEFINITION, key="test-key-1")
+    assert first == count_definition_tokens(DEFINITION, "cl100k_base")
+    # Same key: the remembered count comes back without counting again, whatever the (stale) definition says.
+    assert counter.definition({"name": "x"}, key="test-key-1") == first
+    assert TokenCounter("cl100k_base").definition({"name": "x"}, key="test-key-1") != first  # per counter

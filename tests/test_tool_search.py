@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from orchestrator import _telemetry as telemetry
+from orchestrator import Telemetry
+from orchestrator._telemetry import SEARCH_INVOCATIONS
 from orchestrator._config import ToolSearchSettings
 from orchestrator._errors import ExpandError, SearchQueryError, ToolNotFoundError
 from orchestrator.protocols.mcp._catalog import ToolCatalog
 from orchestrator.protocols.mcp._evaluation import evaluate, load_queries
 from orchestrator.protocols.mcp._ranking import Analyzer, LexicalIndex, split_words, tool_document
-from orchestrator.protocols.mcp._tool_search import MAX_QUERY_CHARS, SearchHit, ToolSearchEngine
+from orchestrator.protocols.mcp._search import MAX_QUERY_CHARS, SearchHit, ToolSearchEngine
 
 
 def tool(name: str, description: str, **properties: str) -> dict[str, Any]:
@@ -266,7 +267,10 @@ def test_a_score_blend_wraps_the_lexical_scores(catalog: ToolCatalog) -> None:
     assert names(engine.search("select:read_file")) == ["files__read_file"]  # exact lookups bypass the blend
 
 
-def test_each_search_and_expand_is_counted_once(engine: ToolSearchEngine, reader: InMemoryMetricReader) -> None:
+def test_each_search_and_expand_is_counted_once(
+    catalog: ToolCatalog, telemetry: Telemetry, reader: InMemoryMetricReader
+) -> None:
+    engine = ToolSearchEngine(catalog, ToolSearchSettings(ranking="lexical"), telemetry=telemetry)
     engine.search("read a file")
     engine.search("read a file")
     engine.search("xylophone")
@@ -279,7 +283,8 @@ def test_each_search_and_expand_is_counted_once(engine: ToolSearchEngine, reader
     for resource in data.resource_metrics:
         for scope in resource.scope_metrics:
             for metric in scope.metrics:
-                if metric.name == telemetry.SEARCH_INVOCATIONS:
+                if metric.name == SEARCH_INVOCATIONS:
                     for point in metric.data.data_points:
-                        counts[str(dict(point.attributes or {})["outcome"])] = point.value
+                        outcome = str(dict(point.attributes or {})["outcome"])
+                        counts[outcome] = counts.get(outcome, 0) + point.value
     assert counts == {"hit": 2, "miss": 1, "expand": 1}

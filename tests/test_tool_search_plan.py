@@ -11,7 +11,7 @@ from orchestrator._errors import TokenizerError
 from orchestrator.protocols.mcp._catalog import ToolCatalog
 from orchestrator.protocols.mcp._directory import DIRECTORY_HEADER
 from orchestrator.protocols.mcp._tokens import count_definition_tokens, count_tokens
-from orchestrator.protocols.mcp._tool_search import META_TOOL_DEFINITIONS, plan_tools
+from orchestrator._planning import META_TOOL_DEFINITIONS, plan_tools
 
 from .test_tool_search import TOOLS
 
@@ -52,7 +52,7 @@ def test_one_token_over_the_threshold_switches_to_search_mode(catalog: ToolCatal
     plan = plan_tools(catalog, settings(threshold_tokens=full_tokens - 1))
     assert plan.mode == "search"
     assert plan.prompt.startswith(DIRECTORY_HEADER)
-    assert [tool["name"] for tool in plan.tools] == ["tool_search", "expand_tools"]
+    assert [tool["name"] for tool in plan.tools] == ["tool_search", "expand_tools", "call_tool"]
     assert f"> threshold_tokens {full_tokens - 1:,}: search mode" in plan.reason
 
 
@@ -71,8 +71,8 @@ def test_prompt_tokens_count_the_prompt_and_every_definition_sent(catalog: ToolC
 def test_pinned_globs_ship_full_schemas_in_search_mode(catalog: ToolCatalog) -> None:
     plan = plan_tools(catalog, settings(threshold_tokens=0, pinned=["time__*", "db__run_query", "nothing__*"]))
     assert plan.pinned == ["db__run_query", "time__convert_time", "time__get_current_time"]
-    assert plan.tools[:2] == [dict(definition) for definition in META_TOOL_DEFINITIONS]
-    assert plan.tools[2:] == [catalog.get(name).definition() for name in plan.pinned]  # type: ignore[union-attr]
+    assert plan.tools[:3] == [dict(definition) for definition in META_TOOL_DEFINITIONS]
+    assert plan.tools[3:] == [catalog.get(name).definition() for name in plan.pinned]  # type: ignore[union-attr]
     assert "3 pinned tools sent with full schemas" in plan.reason
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "DEFAULT_CONFIG_NAME",
     "ENV_PREFIX",
     "AgentProfile",
+    "EmbeddingSettings",
     "GatewaySettings",
     "LoadedConfig",
     "MCPSettings",
@@ -198,15 +199,45 @@ class ToolSearchOverrides(_Model):
         return base.model_copy(update=update)
 
 
+class EmbeddingSettings(_Model):
+    """`mcp.embedding`: the local embedding model behind hybrid ranking (the `semantic` extra)."""
+
+    enabled: bool = True
+    """false: never load the model; `hybrid` and `auto` rank lexically and count the fallback `disabled`."""
+    cache_dir: Path | None = None
+    """Folder of the tool-vector cache; default `<mcp.cache_dir>/embeddings`."""
+
+
 class MCPSettings(_Model):
     """`mcp:` the servers and the tool-search policy."""
 
     servers: dict[str, ServerConfig] = Field(default_factory=dict)
     tool_search: ToolSearchSettings = Field(default_factory=ToolSearchSettings)
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     cache_dir: Path | None = None
-    """Warm-start cache of tool lists; default: the user cache dir (`orchestrator/tools`)."""
+    """Root of everything orchestrator caches: `tools/` (tool lists), `tasks/` (task histories) and
+    `embeddings/` (tool vectors). Default: the user cache dir's `orchestrator` folder."""
     warm_start: bool = True
     """Write and read the tool-list cache."""
+
+    def cache_root(self) -> Path:
+        """`cache_dir`, else `<user cache dir>/orchestrator` (e.g. `~/.cache/orchestrator` on Linux)."""
+        if self.cache_dir is not None:
+            return Path(self.cache_dir).expanduser()
+        import platformdirs
+
+        return Path(platformdirs.user_cache_dir("orchestrator"))
+
+    def tool_cache_dir(self) -> Path:
+        return self.cache_root() / "tools"
+
+    def task_history_dir(self) -> Path:
+        return self.cache_root() / "tasks"
+
+    def embedding_cache_dir(self) -> Path:
+        if self.embedding.cache_dir is not None:
+            return Path(self.embedding.cache_dir).expanduser()
+        return self.cache_root() / "embeddings"
 
     @field_validator("servers", mode="after")
     @classmethod
@@ -248,6 +279,9 @@ class GatewaySettings(_Model):
     port: int = Field(8931, ge=0, le=65535)
     token: str | None = None
     """Bearer token; required when `host` is not a loopback address. May reference `${VAR}`."""
+    workers: int = Field(4, ge=0, le=64)
+    """Threads that run tool search, expand and embedding off the event loop, so one slow ranking never
+    delays other agents' requests. 0 runs them on the event loop (only for measuring the difference)."""
 
     @field_validator("token", mode="after")
     @classmethod

@@ -51,14 +51,15 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from . import _telemetry as telemetry
 from ._config import Settings
 from ._errors import ConfigError, OrchestratorError
 from ._formats import to_mcp_tool
 from ._meta_tools import META_TOOL_NAMES, MetaTools
 from .protocols.mcp._catalog import ToolCatalog
-from .protocols.mcp._tool_search import ToolSearchEngine, entry_tokens, plan_tools
-from ._spawn import ProfileFilter, SpawnPlan, TaskHistory, effective_tool_search, plan_spawn, task_key
+from ._history import TaskHistory
+from ._planning import ProfileFilter, SpawnPlan, SpawnPlanner, effective_tool_search, task_key
+from ._telemetry import Telemetry
+from .protocols.mcp._search import ToolSearchEngine
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,9 @@ class _AgentView:
         self.search_settings = effective_tool_search(gateway.settings.mcp.tool_search, profile)
         self._gateway = gateway
         self._visible: tuple[str, ToolCatalog] | None = None
-        self.engine = ToolSearchEngine(self.visible, self.search_settings)
+        self.engine = ToolSearchEngine(
+            self.visible, self.search_settings, embeddings=gateway.embeddings, telemetry=gateway.telemetry
+        )
 
     def visible(self) -> ToolCatalog:
         full = self._gateway.catalog()
@@ -213,6 +216,9 @@ class Gateway:
             `call_tool()` and `add_listener()`).
         agent: the profile served at `/mcp` and over stdio.
         history: where tasks' recently called tools are kept (default: in memory only).
+        telemetry: where searches, spawns and catalog sizes are recorded (default: OpenTelemetry's
+            global providers).
+        embeddings: the embedding runtime shared by every profile's search (default: each engine's own).
     """
 
     def __init__(
@@ -222,12 +228,17 @@ class Gateway:
         *,
         agent: str = "default",
         history: TaskHistory | None = None,
+        telemetry: Telemetry | None = None,
+        embeddings: Any | None = None,
     ) -> None:
         settings.agent(agent)  # unknown profile -> ConfigError now, not at the first request
         self.settings = settings
         self.manager = manager
         self.agent = agent
         self.history = history if history is not None else TaskHistory()
+        self.telemetry = telemetry if telemetry is not None else Telemetry()
+        self.embeddings = embeddings
+        self.planner = SpawnPlanner(settings, telemetry=self.telemetry)
         self.base_url: str | None = None
         self._http_done = anyio.Event()
         self._token = settings.gateway.token
@@ -251,9 +262,9 @@ class Gateway:
     # ------------------------------------------------------------------ catalog and views
 
     def catalog(self) -> ToolCatalog:
-        """Every tool the manager knows (`ToolCatalog.from_manager`: rebuilt only when the manager's
-        version moves), its per-server sizes recorded once per catalog version."""
-        catalog = ToolCatalog.from_manager(self.manager)
+        """Every tool the manager knows (`manager.catalog()`: rebuilt only when the manager's version
+        moves), its per-server sizes recorded once per catalog version."""
+        catalog: ToolCatalog = self.manager.catalog()
         if catalog.version != self._sizes_recorded:
             self._sizes_recorded = catalog.version
             self._record_catalog_sizes(catalog)
@@ -261,14 +272,14 @@ class Gateway:
 
     def _record_catalog_sizes(self, catalog: ToolCatalog) -> None:
         """Per-server tools and full-definition tokens, once per catalog version (the gauges users watch)."""
-        tokenizer = self.settings.mcp.tool_search.tokenizer
+        counter = self.planner.counter(self.settings.mcp.tool_search.tokenizer)
         sizes: dict[str, list[int]] = {}
         for entry in catalog:
             size = sizes.setdefault(entry.server, [0, 0])
             size[0] += 1
-            size[1] += entry_tokens(entry, tokenizer)
+            size[1] += counter.entry(entry)
         for server, (tools, tokens) in sorted(sizes.items()):
-            telemetry.record_catalog(server, tools, tokens)
+            self.telemetry.record_catalog(server, tools, tokens)
 
     def _view(self, agent: str) -> _AgentView:
         view = self._views.get(agent)
@@ -296,11 +307,10 @@ class Gateway:
         visible = context.view.visible()
         if context.plan is None or context.plan.catalog_version != visible.version:
             first = context.plan is None and context.id is not None
-            context.plan = plan_spawn(
+            context.plan = self.planner.plan(
                 context.task,
                 context.view.agent,
-                settings=self.settings,
-                catalog=self.catalog(),
+                self.catalog(),
                 recent_tools=context.recent,
                 task_id=context.task_id or None,
                 record=first,  # one telemetry event per spawn, not per re-plan
@@ -430,7 +440,7 @@ class Gateway:
         for view in list(self._views.values()):
             if view.engine.ranking_used != "hybrid":
                 continue
-            if plan_tools(view.visible(), view.search_settings).mode != "search":
+            if self.planner.plan_tools(view.visible(), view.search_settings).mode != "search":
                 continue
             view.engine.warm(timeout=0)
             warmed += 1

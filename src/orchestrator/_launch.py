@@ -27,8 +27,9 @@ import anyio
 from ._config import AgentProfile, Settings
 from ._errors import ConfigError
 from ._gateway import Gateway, GatewayClient, client_base_url
-from .protocols.mcp._tool_search import matches_any
-from ._spawn import TaskHistory, task_history_dir
+from ._history import TaskHistory
+from ._planning import matches_any
+from ._telemetry import Telemetry
 
 __all__ = [
     "PLACEHOLDERS",
@@ -167,6 +168,7 @@ async def spawn_agent(
     task_id: str | None = None,
     stdout: IO[Any] | int | None = None,
     workdir: Path | None = None,
+    telemetry: Telemetry | None = None,
 ) -> SpawnSummary:
     """Plan, launch and await one agent through a running gateway (warm) or one started for it (cold).
 
@@ -187,7 +189,7 @@ async def spawn_agent(
         finally:
             stats = await client.close_spawn(info["id"])
         return _summary(info, stats, run, "warm")
-    async with _cold_gateway(settings, profile) as gateway:
+    async with _cold_gateway(settings, profile, telemetry) as gateway:
         handle = gateway.open_spawn(task, agent, task_id=task_id)
         info = handle.to_json()
         try:
@@ -198,13 +200,14 @@ async def spawn_agent(
 
 
 @contextlib.asynccontextmanager
-async def _cold_gateway(settings: Settings, profile: AgentProfile) -> AsyncIterator[Gateway]:
+async def _cold_gateway(settings: Settings, profile: AgentProfile, telemetry: Telemetry | None) -> AsyncIterator[Gateway]:
     """The manager (the profile's servers only) and a gateway on a free loopback port, for one spawn."""
     from .protocols.mcp._manager import MCPManager
 
-    history = TaskHistory(task_history_dir(settings))
-    async with MCPManager(settings, servers=profile_servers(settings, profile)) as manager:
-        gateway = Gateway(settings, manager, history=history)
+    history = TaskHistory.from_settings(settings)
+    servers = profile_servers(settings, profile)
+    async with MCPManager(settings, servers=servers, telemetry=telemetry) as manager:
+        gateway = Gateway(settings, manager, history=history, telemetry=telemetry)
         try:
             async with gateway.running("127.0.0.1", 0):
                 yield gateway

@@ -31,12 +31,12 @@ from ._errors import (
     ToolExecutionError,
     ToolNotFoundError,
 )
+from ._planning import CALL_TOOL, EXPAND_TOOLS, META_TOOL_DEFINITIONS, META_TOOL_NAMES, TOOL_SEARCH
 from .protocols.mcp._catalog import ToolCatalog, ToolEntry
-from .protocols.mcp._tool_search import META_TOOL_DEFINITIONS, ToolSearchEngine
+from .protocols.mcp._search import ToolSearchEngine
 
 __all__ = [
     "CALL_TOOL",
-    "CALL_TOOL_DEFINITION",
     "EXPAND_TOOLS",
     "META_TOOL_NAMES",
     "TOOL_SEARCH",
@@ -47,34 +47,13 @@ __all__ = [
     "meta_tool_definitions",
 ]
 
-TOOL_SEARCH = "tool_search"
-EXPAND_TOOLS = "expand_tools"
-CALL_TOOL = "call_tool"
-META_TOOL_NAMES = frozenset({TOOL_SEARCH, EXPAND_TOOLS, CALL_TOOL})
-
-CALL_TOOL_DEFINITION: dict[str, Any] = {
-    "name": CALL_TOOL,
-    "description": (
-        "Run a tool found with tool_search. Pass its exact name and its arguments as a JSON object that "
-        "matches the input schema expand_tools returned."
-    ),
-    "input_schema": {
-        "type": "object",
-        "properties": {
-            "name": {"type": "string", "description": "Qualified tool name, e.g. from a tool_search hit."},
-            "arguments": {"type": "object", "description": "The tool's arguments, as its input schema says."},
-        },
-        "required": ["name"],
-    },
-}
-
 _EXPECTED_LIMIT = 12
 # Parameters listed in an "expected arguments" hint; the model can expand_tools for the rest.
 
 
 def meta_tool_definitions() -> list[dict[str, Any]]:
     """`tool_search`, `expand_tools` and `call_tool` as sent to a model (in that order)."""
-    return [*(dict(definition) for definition in META_TOOL_DEFINITIONS), dict(CALL_TOOL_DEFINITION)]
+    return [dict(definition) for definition in META_TOOL_DEFINITIONS]
 
 
 class ToolRouter(Protocol):

@@ -13,13 +13,14 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from .._config import LoadedConfig, load_config
+if TYPE_CHECKING:
+    from .._config import LoadedConfig
 
 __all__ = [
     "EXIT_FAILED",
@@ -51,6 +52,8 @@ class CLIState:
 
     def config(self) -> LoadedConfig:
         if self._loaded is None:
+            from .._config import load_config  # pydantic-settings: paid by the commands that read config
+
             self._loaded = load_config(self.config_path)
         return self._loaded
 

@@ -6,7 +6,6 @@ from typing import Annotated
 
 import typer
 
-from .._config import effective_values
 from ._common import console, loaded_config, print_json, print_table
 
 __all__ = ["register"]
@@ -30,6 +29,8 @@ def show(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Print every effective setting with its source (default, file, env); secrets redacted."""
+    from .._config import effective_values
+
     loaded = loaded_config(ctx)
     rows = list(effective_values(loaded))
     if as_json:

@@ -8,20 +8,15 @@ Each step prints what it did; the exit code is 1 when a step could not be shown 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import anyio
 import typer
 
-from .._config import Settings, TelemetrySettings
-from .._meta_tools import MetaTools
-from ..protocols.mcp._catalog import ToolCatalog
-from ..protocols.mcp._manager import MCPManager, ServerState
-from ..protocols.mcp._tool_search import ToolSearchEngine
-from .._spawn import ProfileFilter, plan_spawn
-from .._telemetry import telemetry_session
 from ._common import EXIT_FAILED, console, loaded_config, print_table, progress
 from .metrics import print_summary, scrape, summarize
+
+if TYPE_CHECKING:
+    from .._config import Settings
 
 __all__ = ["register"]
 
@@ -36,12 +31,21 @@ def _heading(step: int, text: str) -> None:
 
 
 async def _run(settings: Settings, query: str) -> int:
+    # Imported here, not at module level: the mcp SDK, the search stack and OpenTelemetry cost about a
+    # second of start-up, which `orchestrator --help` and `config` commands must not pay.
+    from .._config import TelemetrySettings
+    from .._meta_tools import MetaTools
+    from .._planning import ProfileFilter, SpawnPlanner
+    from .._telemetry import telemetry_session
+    from ..protocols.mcp._manager import MCPManager, ServerState
+    from ..protocols.mcp._search import ToolSearchEngine
+
     failures = 0
     telemetry_config = TelemetrySettings(exporter="prometheus", prometheus={"host": "127.0.0.1", "port": 0})
     with telemetry_session(telemetry_config) as telemetry:
         _heading(1, "connect every configured server (mcp SDK; stdio, streamable HTTP, SSE)")
         with progress("connecting MCP servers..."):
-            manager = MCPManager(settings)
+            manager = MCPManager(settings, telemetry=telemetry)
             await manager.__aenter__()
         try:
             statuses = manager.status()
@@ -54,14 +58,14 @@ async def _run(settings: Settings, query: str) -> int:
                 return EXIT_FAILED
             failures += sum(1 for s in statuses if s.state is ServerState.FAILED)
 
-            catalog = ToolCatalog.from_manager(manager)
+            catalog = manager.catalog()
             _heading(2, f"normalized catalog: {len(catalog)} tools, version {catalog.version}")
             print_table(["qualified name", "server", "summary"], [(e.name, e.server, e.summary) for e in catalog])
 
             _heading(3, "plan a spawn of agent 'default' in both modes")
-            configured = plan_spawn(DEMO_TASK, "default", settings=settings, catalog=catalog)
+            configured = SpawnPlanner(settings, telemetry=telemetry).plan(DEMO_TASK, "default", catalog)
             search_settings = _with_tool_search(settings, threshold_tokens=0)
-            forced = plan_spawn(DEMO_TASK, "default", settings=search_settings, catalog=catalog)
+            forced = SpawnPlanner(search_settings, telemetry=telemetry).plan(DEMO_TASK, "default", catalog)
             threshold = settings.mcp.tool_search.threshold_tokens
             print_table(
                 ["plan", "mode", "tokens sent", "full catalog", "saved", "directory", "fingerprint"],
@@ -77,7 +81,7 @@ async def _run(settings: Settings, query: str) -> int:
             console.print(forced.prompt, markup=False)
 
             profile = settings.agent("default")
-            engine = ToolSearchEngine(lambda: catalog, settings.mcp.tool_search)
+            engine = ToolSearchEngine(lambda: catalog, settings.mcp.tool_search, telemetry=telemetry)
             meta = MetaTools(engine, manager, visibility=ProfileFilter.from_profile(profile), agent="default")
 
             _heading(4, f"tool_search({query!r})")
@@ -110,7 +114,7 @@ async def _run(settings: Settings, query: str) -> int:
 
         _heading(7, "metrics, scraped from the Prometheus endpoint the demo served")
         url = telemetry.prometheus_url
-        print_summary(summarize(scrape(url), url))
+        print_summary(summarize(await scrape(url), url))
     return EXIT_FAILED if failures else 0
 
 
@@ -126,6 +130,8 @@ def register(app: typer.Typer) -> None:
         query: Annotated[str, typer.Option("--query", "-q", help="What to search for.")] = DEMO_QUERY,
     ) -> None:
         """Run the main job: connect, plan both modes, search, expand, call a tool, show the metrics."""
+        import anyio
+
         loaded = loaded_config(ctx)
         console.print(f"config: {loaded.path or 'defaults'} ({loaded.path_reason})")
         code = anyio.run(_run, loaded.settings, query)

@@ -8,19 +8,16 @@ tool calls by server and result, and catalog sizes. Parsing (`summarize`) is pur
 
 from __future__ import annotations
 
+import errno
+import os
 import socket
-import urllib.error
-import urllib.request
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Annotated
 
 import typer
-from prometheus_client.parser import text_string_to_metric_families
 
-from .. import _telemetry as telemetry
 from .._errors import OrchestratorError
-from .._gateway import client_base_url
 from ._common import console, loaded_config, print_json, print_table
 
 __all__ = [
@@ -39,19 +36,47 @@ __all__ = [
 SCRAPE_TIMEOUT_S = 5.0
 """A local endpoint answers in milliseconds; past this it is hung or not a metrics endpoint."""
 
-# Prometheus names of the project's instruments (dots become underscores, counters end in `_total`,
-# histograms in seconds carry `_seconds`).
-_SEARCHES = f"{telemetry.SEARCH_INVOCATIONS}_total"
-_SEARCH_SECONDS = f"{telemetry.SEARCH_DURATION}_seconds"
-_SEARCH_RESULTS = telemetry.SEARCH_RESULTS
-_EXPANDED = f"{telemetry.SEARCH_EXPANDED_TOOLS}_total"
-_SPAWNS = f"{telemetry.SPAWNS}_total"
-_TOKENS_SENT = telemetry.SPAWN_TOKENS_SENT
-_TOKENS_SAVED = telemetry.SPAWN_TOKENS_SAVED
-_CALLS = f"{telemetry.TOOL_CALLS}_total"
-_CALL_SECONDS = telemetry.CLIENT_OPERATION_DURATION.replace(".", "_") + "_seconds"
-_CATALOG_TOOLS = telemetry.CATALOG_TOOLS
-_CATALOG_TOKENS = telemetry.CATALOG_TOKENS
+_MAX_PORT = 65_535
+"""Checked before connecting: a larger port fails inside the socket layer with no useful message."""
+
+_SCRAPE_HINT = "is a command with telemetry.exporter: prometheus (such as `orchestrator serve`) running?"
+
+
+@dataclass(frozen=True)
+class _SeriesNames:
+    """Prometheus names of the project's instruments: dots become underscores, counters end in
+    `_total`, histograms in seconds carry `_seconds`."""
+
+    searches: str
+    search_seconds: str
+    search_results: str
+    expanded: str
+    spawns: str
+    tokens_sent: str
+    tokens_saved: str
+    calls: str
+    call_seconds: str
+    catalog_tools: str
+    catalog_tokens: str
+
+
+def _series_names() -> _SeriesNames:
+    # Imported here: the instruments module pulls in the OpenTelemetry SDK, which only this command needs.
+    from .._telemetry import instruments as names
+
+    return _SeriesNames(
+        searches=f"{names.SEARCH_INVOCATIONS}_total",
+        search_seconds=f"{names.SEARCH_DURATION}_seconds",
+        search_results=names.SEARCH_RESULTS,
+        expanded=f"{names.SEARCH_EXPANDED_TOOLS}_total",
+        spawns=f"{names.SPAWNS}_total",
+        tokens_sent=names.SPAWN_TOKENS_SENT,
+        tokens_saved=names.SPAWN_TOKENS_SAVED,
+        calls=f"{names.TOOL_CALLS}_total",
+        call_seconds=names.CLIENT_OPERATION_DURATION.replace(".", "_") + "_seconds",
+        catalog_tools=names.CATALOG_TOOLS,
+        catalog_tokens=names.CATALOG_TOKENS,
+    )
 
 
 @dataclass(frozen=True)
@@ -113,6 +138,9 @@ def summarize(text: str, url: str = "") -> MetricsSummary:
     Raises:
         ValueError: the text is not Prometheus exposition format.
     """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    names = _series_names()
     values: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -121,32 +149,32 @@ def summarize(text: str, url: str = "") -> MetricsSummary:
     def total(name: str, **match: str) -> float:
         return sum(value for labels, value in values.get(name, []) if _matches(labels, match))
 
-    hits, misses = int(total(_SEARCHES, outcome="hit")), int(total(_SEARCHES, outcome="miss"))
+    hits, misses = int(total(names.searches, outcome="hit")), int(total(names.searches, outcome="miss"))
     searches = hits + misses
     search = SearchSummary(
         searches=searches,
         hits=hits,
         misses=misses,
         miss_rate=misses / searches if searches else None,
-        expands=int(total(_SEARCHES, outcome="expand")),
-        expanded_tools=int(total(_EXPANDED)),
-        avg_results=_ratio(total(f"{_SEARCH_RESULTS}_sum"), total(f"{_SEARCH_RESULTS}_count")),
-        avg_latency_s=_ratio(total(f"{_SEARCH_SECONDS}_sum"), total(f"{_SEARCH_SECONDS}_count")),
+        expands=int(total(names.searches, outcome="expand")),
+        expanded_tools=int(total(names.expanded)),
+        avg_results=_ratio(total(f"{names.search_results}_sum"), total(f"{names.search_results}_count")),
+        avg_latency_s=_ratio(total(f"{names.search_seconds}_sum"), total(f"{names.search_seconds}_count")),
     )
 
-    spawn_keys = sorted({(labels.get("mode", ""), labels.get("agent", "")) for labels, _ in values.get(_SPAWNS, [])})
+    spawn_keys = sorted({(labels.get("mode", ""), labels.get("agent", "")) for labels, _ in values.get(names.spawns, [])})
     spawns = [
         SpawnRow(
             mode=mode,
             agent=agent,
-            spawns=int(total(_SPAWNS, mode=mode, agent=agent)),
-            tokens_sent=int(total(f"{_TOKENS_SENT}_sum", mode=mode, agent=agent)),
-            tokens_saved=int(total(f"{_TOKENS_SAVED}_sum", mode=mode, agent=agent)),
+            spawns=int(total(names.spawns, mode=mode, agent=agent)),
+            tokens_sent=int(total(f"{names.tokens_sent}_sum", mode=mode, agent=agent)),
+            tokens_saved=int(total(f"{names.tokens_saved}_sum", mode=mode, agent=agent)),
         )
         for mode, agent in spawn_keys
     ]
 
-    call_keys = sorted({(labels.get("server", ""), labels.get("result", "")) for labels, _ in values.get(_CALLS, [])})
+    call_keys = sorted({(labels.get("server", ""), labels.get("result", "")) for labels, _ in values.get(names.calls, [])})
     calls = []
     for server, result in call_keys:
         error_type = "" if result == "ok" else result
@@ -154,17 +182,17 @@ def summarize(text: str, url: str = "") -> MetricsSummary:
             CallRow(
                 server=server,
                 result=result,
-                calls=int(total(_CALLS, server=server, result=result)),
+                calls=int(total(names.calls, server=server, result=result)),
                 avg_duration_s=_ratio(
-                    total(f"{_CALL_SECONDS}_sum", server=server, error_type=error_type),
-                    total(f"{_CALL_SECONDS}_count", server=server, error_type=error_type),
+                    total(f"{names.call_seconds}_sum", server=server, error_type=error_type),
+                    total(f"{names.call_seconds}_count", server=server, error_type=error_type),
                 ),
             )
         )
 
-    servers = sorted({labels.get("server", "") for labels, _ in values.get(_CATALOG_TOOLS, [])})
+    servers = sorted({labels.get("server", "") for labels, _ in values.get(names.catalog_tools, [])})
     catalog = [
-        CatalogRow(server, int(total(_CATALOG_TOOLS, server=server)), int(total(_CATALOG_TOKENS, server=server)))
+        CatalogRow(server, int(total(names.catalog_tools, server=server)), int(total(names.catalog_tokens, server=server)))
         for server in servers
     ]
     search_spawns = sum(row.spawns for row in spawns if row.mode == "search")
@@ -190,31 +218,57 @@ def _ratio(numerator: float, denominator: float) -> float | None:
 
 def default_url(host: str, port: int) -> str:
     """The scrape URL for `telemetry.prometheus.host/port`; a wildcard bind address is reached on loopback."""
+    from .._gateway import client_base_url  # the gateway module pulls in the mcp SDK: only when needed
+
     return f"{client_base_url(host, port)}/metrics"
 
 
-def scrape(url: str, timeout: float = SCRAPE_TIMEOUT_S) -> str:
-    """GET the exposition text at `url`.
+async def scrape(url: str, timeout: float = SCRAPE_TIMEOUT_S) -> str:
+    """GET the exposition text at `url` (redirects followed, as a browser would).
 
     Raises:
-        OrchestratorError: nothing listens there, it times out, or it answers with an HTTP error.
+        OrchestratorError: a malformed URL, nothing listens there, it times out, or it answers with an
+            HTTP error.
     """
-    hint = "is a command with telemetry.exporter: prometheus (such as `orchestrator serve`) running?"
-    # No proxies: the endpoint is local, and a proxy from the environment would answer for it.
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    import httpx2  # the mcp SDK's HTTP client, the project's one; imported by the commands that use it
+
     try:
-        with opener.open(url, timeout=timeout) as response:
-            return response.read().decode("utf-8", errors="replace")
-    except urllib.error.HTTPError as exc:
-        raise OrchestratorError(f"metrics endpoint {url} answered HTTP {exc.code} {exc.reason}") from None
-    except urllib.error.URLError as exc:
-        reason = exc.reason
-        detail = getattr(reason, "strerror", None) or str(reason)
-        raise OrchestratorError(f"no metrics endpoint at {url} ({detail.lower()}); {hint}") from None
-    except (TimeoutError, socket.timeout):
-        raise OrchestratorError(f"metrics endpoint {url} did not answer within {timeout:g} s") from None
-    except ValueError as exc:  # a malformed URL
+        port = httpx2.URL(url).port
+    except httpx2.InvalidURL as exc:
         raise OrchestratorError(f"bad metrics URL {url!r}: {exc}") from None
+    if port is not None and not 0 < port <= _MAX_PORT:
+        raise OrchestratorError(f"bad metrics URL {url!r}: port {port} is not between 1 and {_MAX_PORT}")
+    # trust_env off: the endpoint is local, and a proxy from the environment would answer for it.
+    try:
+        async with httpx2.AsyncClient(trust_env=False, timeout=timeout, follow_redirects=True) as client:
+            response = await client.get(url)
+    except httpx2.UnsupportedProtocol as exc:
+        raise OrchestratorError(f"bad metrics URL {url!r}: {exc}") from None
+    except httpx2.TimeoutException:
+        raise OrchestratorError(f"metrics endpoint {url} did not answer within {timeout:g} s") from None
+    except httpx2.ConnectError as exc:
+        raise OrchestratorError(f"no metrics endpoint at {url} ({_os_reason(exc)}); {_SCRAPE_HINT}") from None
+    except httpx2.HTTPError as exc:  # the peer broke off or does not speak HTTP
+        raise OrchestratorError(f"metrics endpoint {url} failed: {_os_reason(exc)}") from None
+    if response.is_error:
+        raise OrchestratorError(f"metrics endpoint {url} answered HTTP {response.status_code} {response.reason_phrase}")
+    return response.content.decode("utf-8", errors="replace")
+
+
+def _os_reason(exc: BaseException) -> str:
+    """The operating system's words for why a request failed ("connection refused"), else the message.
+
+    httpx2 wraps the socket error a few levels down (and anyio's multi-address connect replaces its text
+    with "All connection attempts failed"), so this walks the chain to the OSError that carries an errno.
+    """
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, socket.gaierror) and cause.strerror:
+            return cause.strerror.lower()
+        if isinstance(cause, OSError) and cause.errno in errno.errorcode:
+            return os.strerror(cause.errno).lower()
+        cause = cause.__cause__ or cause.__context__
+    return str(exc) or type(exc).__name__
 
 
 def _count(value: int) -> str:
@@ -299,10 +353,12 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     ) -> None:
         """Show a running gateway's metrics: searches, miss rate, expands, spawns and tokens saved, calls."""
+        import anyio
+
         if url is None:
             prometheus = loaded_config(ctx).settings.telemetry.prometheus
             url = default_url(prometheus.host, prometheus.port)
-        text = scrape(url)
+        text = anyio.run(scrape, url)
         try:
             summary = summarize(text, url)
         except ValueError as exc:

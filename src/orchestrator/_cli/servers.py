@@ -9,16 +9,17 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import anyio
 import typer
 
-from .._config import Settings
-from ..protocols.mcp._manager import MCPManager, ServerState, ServerStatus
 from ._common import EXIT_FAILED, loaded_config, print_json, print_table, progress
 
 __all__ = ["register", "server_rows"]
+
+if TYPE_CHECKING:
+    from .._config import Settings
+    from ..protocols.mcp._manager import ServerStatus
 
 COLUMNS = ("name", "transport", "state", "tools", "error")
 
@@ -32,6 +33,10 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Connect to every configured server and show its state, tool count and error."""
+        import anyio
+
+        from ..protocols.mcp._manager import ServerState
+
         settings = loaded_config(ctx).settings
         enabled = sum(1 for config in settings.mcp.servers.values() if config.enabled)
         with progress(f"Connecting to {enabled} MCP server{'s' if enabled != 1 else ''}…", enabled=not as_json):
@@ -60,6 +65,8 @@ def server_rows(statuses: list[ServerStatus]) -> list[dict[str, Any]]:
 
 
 async def _collect(settings: Settings) -> list[ServerStatus]:
+    from ..protocols.mcp._manager import MCPManager
+
     with _quiet_sdk_logs():
         async with MCPManager(settings, wait=True) as manager:
             return manager.status()

@@ -6,17 +6,21 @@ import signal
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import anyio
 import typer
 
-from .._config import Settings
-from .._formats import render_tools
-from .._spawn import SpawnPlan, TaskHistory, plan_spawn, task_history_dir, task_key
-from .._telemetry import telemetry_session
 from ._common import EXIT_FAILED, console, err_console, loaded_config, print_json, print_table
 from .tools import load_catalog
+
+# Planning, telemetry, the gateway and the mcp SDK behind them are imported inside the commands:
+# `orchestrator --help` and `config` must not pay for them.
+if TYPE_CHECKING:
+    import anyio
+
+    from .._config import Settings
+    from .._planning import SpawnPlan
+    from .._telemetry import Telemetry
 
 __all__ = ["register"]
 
@@ -66,13 +70,21 @@ def register(app: typer.Typer) -> None:
             plan = _dry_run_plan(settings, task, agent, catalog, task_id)
             _print_plan(plan, fmt)
             return
+        import anyio
+
         from .._launch import spawn_agent
+        from .._telemetry import telemetry_session
 
         try:
-            with telemetry_session(settings):
+            with telemetry_session(settings) as telemetry:
                 summary = anyio.run(
                     lambda: spawn_agent(
-                        settings, task, agent, task_id=task_id, stdout=sys.stderr if fmt is Format.json else None
+                        settings,
+                        task,
+                        agent,
+                        task_id=task_id,
+                        stdout=sys.stderr if fmt is Format.json else None,
+                        telemetry=telemetry,
                     )
                 )
         except KeyboardInterrupt:  # the agent's process group was stopped and the spawn closed on the way out
@@ -106,18 +118,27 @@ def register(app: typer.Typer) -> None:
         host: Annotated[str | None, typer.Option("--host", help="HTTP host (default gateway.host).")] = None,
     ) -> None:
         """Serve an agent's tools as one MCP gateway that many short-lived agents share."""
+        import anyio
+
+        from .._telemetry import telemetry_session
+
         settings = loaded_config(ctx).settings
         settings.agent(agent)
         try:
-            with telemetry_session(settings):
-                anyio.run(_serve, settings, agent, transport, host, port)
+            with telemetry_session(settings) as telemetry:
+                anyio.run(_serve, settings, agent, transport, host, port, telemetry)
         except KeyboardInterrupt:  # before the signal handler was installed; everything unwound
             raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
-async def _serve(settings: Settings, agent: str, transport: Transport, host: str | None, port: int | None) -> None:
+async def _serve(
+    settings: Settings, agent: str, transport: Transport, host: str | None, port: int | None, telemetry: Telemetry
+) -> None:
     """Run the gateway until the client goes (stdio) or SIGINT/SIGTERM arrives; always unwinds cleanly."""
+    import anyio
+
     from .._gateway import Gateway, check_bind
+    from .._history import TaskHistory
     from ..protocols.mcp._manager import MCPManager
 
     host = settings.gateway.host if host is None else host
@@ -126,8 +147,10 @@ async def _serve(settings: Settings, agent: str, transport: Transport, host: str
         check_bind(host, settings.gateway.token)  # refuse before starting any server
     async with anyio.create_task_group() as tg:
         tg.start_soon(_cancel_on_signal, tg.cancel_scope)
-        async with MCPManager(settings) as manager:
-            gateway = Gateway(settings, manager, agent=agent, history=TaskHistory(task_history_dir(settings)))
+        async with MCPManager(settings, telemetry=telemetry) as manager:
+            gateway = Gateway(
+                settings, manager, agent=agent, history=TaskHistory.from_settings(settings), telemetry=telemetry
+            )
             try:
                 if transport is Transport.stdio:
                     await gateway.serve_stdio()
@@ -146,6 +169,8 @@ async def _serve(settings: Settings, agent: str, transport: Transport, host: str
 
 
 async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
+    import anyio
+
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for _signum in signals:
             scope.cancel()
@@ -153,14 +178,19 @@ async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
 
 
 def _dry_run_plan(settings: Settings, task: str, agent: str, catalog_path: Path | None, task_id: str | None) -> SpawnPlan:
+    from .._history import TaskHistory
+    from .._planning import SpawnPlanner, task_key
+
     settings.agent(agent)
     catalog = load_catalog(settings, catalog_path, quiet=True)
     task_id = task_id or task_key(task)
-    recent = TaskHistory(task_history_dir(settings)).recent(task_id)
-    return plan_spawn(task, agent, settings=settings, catalog=catalog, recent_tools=recent, task_id=task_id, record=False)
+    recent = TaskHistory.from_settings(settings).recent(task_id)
+    return SpawnPlanner(settings).plan(task, agent, catalog, recent_tools=recent, task_id=task_id, record=False)
 
 
 def _print_plan(plan: SpawnPlan, fmt: Format) -> None:
+    from .._formats import render_tools
+
     if fmt is Format.json:
         print_json(plan.to_json())
         return

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import anyio
 import typer
 
-from .._config import Settings
-from ..protocols.mcp._catalog import ToolCatalog
-from ..protocols.mcp._evaluation import evaluate, load_queries
-from ..protocols.mcp._tool_search import ToolSearchEngine, plan_tools
 from ._common import EXIT_FAILED, console, err_console, loaded_config, print_json, print_table, progress
+
+# The catalog, search, planning and evaluation modules (and the mcp SDK, tokenizer and embedding stack
+# behind them) are imported inside the commands: `orchestrator --help` and `config` must not pay for them.
+if TYPE_CHECKING:
+    from .._config import Settings
+    from ..protocols.mcp._catalog import ToolCatalog
 
 __all__ = ["load_catalog", "register"]
 
@@ -42,7 +43,11 @@ RankingOption = Annotated[
 def load_catalog(settings: Settings, path: Path | None, *, quiet: bool = False) -> ToolCatalog:
     """The snapshot at `path`, or the live catalog of every enabled server (failures warned on stderr)."""
     if path is not None:
+        from ..protocols.mcp._catalog import ToolCatalog
+
         return ToolCatalog.from_snapshot(path)
+    import anyio
+
     return anyio.run(_live_catalog, settings, quiet)
 
 
@@ -55,7 +60,7 @@ async def _live_catalog(settings: Settings, quiet: bool) -> ToolCatalog:
             for status in manager.status():
                 if status.state is not ServerState.READY and status.state is not ServerState.STOPPED:
                     err_console.print(f"warning: server {status.name!r} is {status.state}: {status.error}", markup=False)
-            return ToolCatalog.from_manager(manager)
+            return manager.catalog()
 
 
 def register(app: typer.Typer) -> None:
@@ -88,6 +93,8 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOption = False,
     ) -> None:
         """Rank tools for a request, best first: name, server, score and summary (no schemas)."""
+        from ..protocols.mcp._search import ToolSearchEngine
+
         settings = loaded_config(ctx).settings
         engine = ToolSearchEngine(load_catalog(settings, catalog, quiet=as_json), settings.mcp.tool_search, ranking=ranking)
         hits = engine.search(query, k)
@@ -111,6 +118,8 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOption = False,
     ) -> None:
         """Full definitions (name, description, input schema), exactly as a model receives them."""
+        from ..protocols.mcp._search import ToolSearchEngine
+
         settings = loaded_config(ctx).settings
         engine = ToolSearchEngine(load_catalog(settings, catalog, quiet=as_json), settings.mcp.tool_search)
         definitions = engine.expand_tools(names)
@@ -127,8 +136,10 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOption = False,
     ) -> None:
         """What a spawn would be sent: full catalog or search mode, token counts, the prompt section."""
+        from .._planning import SpawnPlanner
+
         settings = loaded_config(ctx).settings
-        tool_plan = plan_tools(load_catalog(settings, catalog, quiet=as_json), settings.mcp.tool_search)
+        tool_plan = SpawnPlanner(settings).plan_tools(load_catalog(settings, catalog, quiet=as_json), settings.mcp.tool_search)
         if as_json:
             print_json(tool_plan.to_dict())
             return
@@ -157,6 +168,9 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOption = False,
     ) -> None:
         """Ranking quality on a query set: hit@1, hit@k, recall@k and MRR (hit@k: any gold tool in the top k)."""
+        from ..protocols.mcp._evaluation import evaluate, load_queries
+        from ..protocols.mcp._search import ToolSearchEngine
+
         settings = loaded_config(ctx).settings
         query_list = load_queries(queries)
         tools = load_catalog(settings, catalog, quiet=as_json)

@@ -10,16 +10,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ..._errors import CatalogError
 from ._normalization import NormalizedTool, normalize, one_line, qualified_name
 
-__all__ = ["ToolCatalog", "ToolEntry", "ToolListSource", "read_snapshot"]
+__all__ = ["ToolCatalog", "ToolEntry", "read_snapshot"]
 
 VERSION_LENGTH = 16
 """Hex digits of the catalog version (64 bits of sha256): ample to tell catalog states apart."""
@@ -29,15 +28,6 @@ _EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 
 _RESULT_KEYS = {"tools", "nextCursor", "_meta"}
 """Keys of a `tools/list` result: a JSON object with only these is one server's list, not a mapping."""
-
-
-class ToolListSource(Protocol):
-    """What `ToolCatalog.from_manager` needs from a manager (the MCPManager contract)."""
-
-    @property
-    def version(self) -> int: ...
-
-    def tool_lists(self) -> dict[str, list[dict[str, Any]]]: ...
 
 
 @dataclass(frozen=True)
@@ -133,20 +123,6 @@ class ToolCatalog:
         return cls(ToolEntry.from_normalized(tool) for tool in normalize(tools_by_server))
 
     @classmethod
-    def from_manager(cls, manager: ToolListSource) -> ToolCatalog:
-        """A snapshot of a live manager's tool lists; reused while the manager's version is unchanged."""
-        version = manager.version
-        cached = _manager_catalogs.get(manager)
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        catalog = cls.from_lists(manager.tool_lists())
-        try:
-            _manager_catalogs[manager] = (version, catalog)
-        except TypeError:  # a source that cannot be weakly referenced is simply not cached
-            pass
-        return catalog
-
-    @classmethod
     def from_snapshot(cls, path: str | Path) -> ToolCatalog:
         """From a folder of `<server>.json` tools/list results, or one JSON file holding `{server: [tools]}`,
         a list of tools that each carry `server`, or one server's list (named after the file).
@@ -211,7 +187,6 @@ class ToolCatalog:
         return ToolCatalog(entry for entry in self._entries if predicate(entry))
 
 
-_manager_catalogs: weakref.WeakKeyDictionary[Any, tuple[int, ToolCatalog]] = weakref.WeakKeyDictionary()
 
 
 # ---------------------------------------------------------------------- snapshots

@@ -30,10 +30,7 @@ import anyio
 import anyio.abc
 import httpx2
 import mcp.types as types
-from mcp import Client, StdioServerParameters
-from mcp.client.sse import sse_client
-from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
+from mcp import Client
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
@@ -43,6 +40,7 @@ from ... import __version__
 from ..._config import ServerConfig
 from ..._errors import ServerError, ToolCallTimeout, ToolExecutionError, TransportError
 from ._cache import ToolListCache
+from ._transports import TransportFactory, default_transport
 from ._normalization import one_line
 
 __all__ = ["ServerConnection", "ServerState", "ServerStatus"]
@@ -62,10 +60,6 @@ STDERR_TAIL_BYTES = 8192
 """How much of a stdio server's latest stderr is kept (in memory) to explain why it died."""
 ERROR_LIMIT = 400
 """Longest error message kept per server, one line."""
-HTTP_CONNECT_TIMEOUT_S = 10.0
-"""Connect/write/pool bound for HTTP and SSE; the whole start is bounded by `startup_timeout_s` anyway."""
-SSE_READ_TIMEOUT_S = 3600.0
-"""Silence on an SSE stream before it counts as dead; servers ping every ~15 s, listen streams idle long."""
 CLIENT_INFO = types.Implementation(name="orchestrator", version=__version__)
 
 
@@ -117,6 +111,7 @@ class ServerConnection:
         *,
         on_change: Callable[[], None],
         cache: ToolListCache | None = None,
+        transport_factory: TransportFactory = default_transport,
     ) -> None:
         self.name = name
         self.config = config
@@ -130,6 +125,7 @@ class ServerConnection:
         self._published: list[dict[str, Any]] | None = None
         self._on_change = on_change
         self._cache = cache
+        self._transport_factory = transport_factory
         self._client: Client | None = None
         self._first_attempt = True
         self._lost_reason: str | None = None
@@ -300,39 +296,14 @@ class ServerConnection:
     @contextlib.asynccontextmanager
     async def _client_for(self, errlog: Any) -> AsyncIterator[Client]:
         """An entered `mcp.Client` over this server's transport, watching for the transport's end."""
-        async with contextlib.AsyncExitStack() as stack:
-            config = self.config
-            if config.transport == "stdio":
-                params = StdioServerParameters(
-                    command=config.launch_command(),
-                    args=list(config.args),
-                    env={**os.environ, **config.env},
-                    cwd=config.cwd,
-                )
-                inner: Any = stdio_client(params, errlog=errlog)
-            elif config.transport == "http":
-                assert config.url is not None
-                http = await stack.enter_async_context(
-                    httpx2.AsyncClient(
-                        headers=config.headers,
-                        timeout=httpx2.Timeout(HTTP_CONNECT_TIMEOUT_S, read=None),
-                    )
-                )
-                inner = streamable_http_client(config.url, http_client=http)
-            else:
-                assert config.url is not None
-                inner = sse_client(
-                    config.url,
-                    headers=config.headers,
-                    timeout=HTTP_CONNECT_TIMEOUT_S,
-                    sse_read_timeout=SSE_READ_TIMEOUT_S,
-                )
-            client = Client(
-                _WatchedTransport(inner, self._transport_closed),
-                message_handler=self._on_message,
-                client_info=CLIENT_INFO,
-            )
-            yield await stack.enter_async_context(client)
+        inner = self._transport_factory(self.name, self.config, errlog)
+        client = Client(
+            _WatchedTransport(inner, self._transport_closed),
+            message_handler=self._on_message,
+            client_info=CLIENT_INFO,
+        )
+        async with client:
+            yield client
 
     def _transport_closed(self) -> None:
         when = "" if self._client is not None else " during startup"

@@ -26,11 +26,13 @@ import anyio
 import anyio.abc
 import mcp.types as types
 
-from ... import _telemetry as telemetry
 from ..._config import MCPSettings, Settings
 from ..._errors import ServerError, ToolCallTimeout, ToolExecutionError, TransportError
+from ..._telemetry import CallResult, Telemetry
 from ._cache import ToolListCache
+from ._catalog import ToolCatalog
 from ._connection import ServerConnection, ServerState, ServerStatus
+from ._transports import TransportFactory, default_transport
 
 __all__ = ["Listener", "MCPManager", "ServerState", "ServerStatus"]
 
@@ -49,6 +51,8 @@ class MCPManager:
         *,
         servers: Iterable[str] | None = None,
         wait: bool = True,
+        transport_factory: TransportFactory = default_transport,
+        telemetry: Telemetry | None = None,
     ) -> None:
         """
         Args:
@@ -57,6 +61,9 @@ class MCPManager:
             wait: True: entering returns once every enabled server is ready or failed (each bounded by
                 its `startup_timeout_s`). False: entering returns at once; tool lists come from the
                 warm-start cache until each server is up, and calls wait for their server to start.
+            transport_factory: opens each session's transport (default: what the config says; tests
+                pass the SDK's in-memory transport to in-process servers).
+            telemetry: where calls are counted (default: OpenTelemetry's global providers).
 
         Raises:
             ServerError: a name in `servers` is not configured.
@@ -69,9 +76,14 @@ class MCPManager:
                 raise ServerError(name, f"not configured (no mcp.servers.{name}); known: {_known(configured)}")
         self._configs = {name: configured[name] for name in names}
         self._wait = wait
-        self._cache = ToolListCache(mcp_settings.cache_dir) if mcp_settings.warm_start else None
+        self._cache = ToolListCache(mcp_settings.tool_cache_dir()) if mcp_settings.warm_start else None
+        self.telemetry = telemetry if telemetry is not None else Telemetry()
+        self._catalog: ToolCatalog | None = None
+        self._catalog_version = -1
         self._connections = {
-            name: ServerConnection(name, config, on_change=self._bump, cache=self._cache)
+            name: ServerConnection(
+                name, config, on_change=self._bump, cache=self._cache, transport_factory=transport_factory
+            )
             for name, config in self._configs.items()
             if config.enabled
         }
@@ -146,6 +158,14 @@ class MCPManager:
                 lists[name] = [dict(tool) for tool in tools]
         return lists
 
+    def catalog(self) -> ToolCatalog:
+        """The normalized catalog of every offered tool, rebuilt only when `version` has moved."""
+        version = self._version
+        if self._catalog is None or self._catalog_version != version:
+            self._catalog = ToolCatalog.from_lists(self.tool_lists())
+            self._catalog_version = version
+        return self._catalog
+
     def status(self) -> list[ServerStatus]:
         """One snapshot per selected server (disabled ones as `stopped`), sorted by name."""
         statuses = []
@@ -191,8 +211,8 @@ class MCPManager:
         connection = self._connection(server)
         started = time.perf_counter()
 
-        def record(result: telemetry.CallResult) -> None:
-            telemetry.record_tool_call(server, tool, result, time.perf_counter() - started)
+        def record(result: CallResult) -> None:
+            self.telemetry.record_tool_call(server, tool, result, time.perf_counter() - started)
 
         try:
             result = await connection.call_tool(tool, arguments)

@@ -14,14 +14,18 @@ import hashlib
 import json
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tiktoken
 
 from ..._errors import TokenizerError
 
+if TYPE_CHECKING:
+    from ._catalog import ToolEntry
+
 __all__ = [
     "OFFLINE_SUFFIX",
+    "TokenCounter",
     "compact_json",
     "content_hash",
     "count_definition_tokens",
@@ -34,10 +38,8 @@ OFFLINE_SUFFIX = "_offline"
 because `tiktoken.get_encoding("cl100k_base")` downloads its data file and fails or hangs offline."""
 
 _DEFINITION_CACHE_LIMIT = 200_000
-"""Per-tool counts kept (a few bytes each); far above any real catalog, bounds a long-lived gateway."""
-
-_definition_counts: dict[tuple[str, str], int] = {}
-_lock = threading.Lock()
+"""Per-tool counts a `TokenCounter` keeps (a few bytes each); far above any real catalog, bounds a
+long-lived gateway."""
 
 
 @functools.lru_cache(maxsize=16)
@@ -81,25 +83,42 @@ def content_hash(value: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def count_definition_tokens(definition: Mapping[str, Any], encoding: str, key: str | None = None) -> int:
-    """Tokens of one tool definition as sent, cached by `key` (a content hash) per encoding.
+def count_definition_tokens(definition: Mapping[str, Any], encoding: str) -> int:
+    """Tokens of one tool definition as sent (`{name, description, input_schema}`, compact JSON)."""
+    return count_tokens(compact_json(dict(definition)), encoding)
 
-    Args:
-        definition: `{name, description, input_schema}` as the model receives it.
-        encoding: the `tokenizer` setting.
-        key: a content hash of `definition`; computed when not given.
+
+class TokenCounter:
+    """Counts tokens under one encoding and remembers each tool definition's count by content hash.
+
+    A planner or gateway keeps one per encoding, so a catalog that changes re-counts only new tools.
+    Thread-safe.
     """
-    text = None
-    if key is None:
-        text = compact_json(dict(definition))
-        key = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    cache_key = (encoding, key)
-    cached = _definition_counts.get(cache_key)
-    if cached is not None:
-        return cached
-    count = count_tokens(text if text is not None else compact_json(dict(definition)), encoding)
-    with _lock:
-        if len(_definition_counts) >= _DEFINITION_CACHE_LIMIT:
-            _definition_counts.clear()
-        _definition_counts[cache_key] = count
-    return count
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        self._definitions: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def text(self, text: str) -> int:
+        return count_tokens(text, self.encoding)
+
+    def definition(self, definition: Mapping[str, Any], key: str | None = None) -> int:
+        """Tokens of one definition as sent; `key` is a content hash of it (computed when not given)."""
+        text = None
+        if key is None:
+            text = compact_json(dict(definition))
+            key = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        cached = self._definitions.get(key)
+        if cached is not None:
+            return cached
+        count = count_tokens(text if text is not None else compact_json(dict(definition)), self.encoding)
+        with self._lock:
+            if len(self._definitions) >= _DEFINITION_CACHE_LIMIT:
+                self._definitions.clear()
+            self._definitions[key] = count
+        return count
+
+    def entry(self, entry: ToolEntry) -> int:
+        """Tokens of a catalog entry's definition, keyed by the entry's digest."""
+        return self.definition(entry.definition(), key=entry.digest)

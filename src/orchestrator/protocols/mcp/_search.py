@@ -1,52 +1,40 @@
-"""Tool search: the per-spawn full-or-directory decision, BM25 search and expand_tools, in one place.
+"""Tool search: exact names and `select:`, BM25 ranking, the hybrid blend, and expand_tools.
 
-    plan_tools(catalog, settings) -> ToolPlan
-        full    every definition is sent: `enabled` is false, or they cost <= `threshold_tokens`
-        search  the fixed header + a compact directory (see directory.py), the meta-tool definitions
-                (`tool_search`, `expand_tools`) and the pinned tools with full schemas
-
-    ToolSearchEngine(catalog).search(query)      exact name / `select:NAME` first, then BM25 (ranking.py),
-                                                 blended with embeddings for hybrid ranking (semantic.py)
+    ToolSearchEngine(catalog).search(query)      exact name / `select:NAME` first, then BM25 (_ranking.py),
+                                                 blended with embeddings for hybrid ranking (_embedding/)
     ToolSearchEngine(catalog).expand_tools(names) full definitions, refused over `max_expand`
 
-The catalog, token counting, analysis and the directory live in their own modules; this one decides.
+The decision whether a spawn searches at all lives in `orchestrator._planning`; the index, analysis
+and token counting in their own modules. CPU-bound and synchronous: the gateway calls it off its loop.
 """
 
 from __future__ import annotations
 
 import difflib
-import fnmatch
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
-from ... import _telemetry as telemetry
 from ..._config import ToolSearchSettings
 from ..._errors import ExpandError, SearchQueryError, SemanticUnavailable, ToolNotFoundError
+from ..._telemetry import FALLBACK_KINDS, Telemetry
 from ._catalog import ToolCatalog, ToolEntry
-from ._directory import DIRECTORY_HEADER, Directory, build_directory
 from ._ranking import Analyzer, LexicalIndex
-from ._tokens import count_definition_tokens, count_tokens
+
+if TYPE_CHECKING:
+    from ._embedding import EmbeddingRuntime
 
 __all__ = [
     "MAX_QUERY_CHARS",
-    "META_TOOL_DEFINITIONS",
     "SELECT_PREFIX",
     "ScoreBlend",
     "SearchHit",
-    "ToolCatalog",
-    "ToolEntry",
-    "ToolPlan",
     "ToolSearchEngine",
-    "count_tokens",
-    "entry_tokens",
-    "matches_any",
-    "plan_tools",
 ]
 
 MAX_QUERY_CHARS = 1000
@@ -57,192 +45,8 @@ SUGGESTIONS = 3
 """Closest names listed when expand_tools gets a name that does not exist."""
 _SUGGESTION_CUTOFF = 0.6
 """difflib similarity below which a name is not offered as a correction."""
-_PLAN_CACHE_SIZE = 64
-"""Plans kept per process (catalog version x settings); a gateway serves a handful of profiles."""
 
 log = logging.getLogger(__name__)
-
-META_TOOL_DEFINITIONS: tuple[dict[str, Any], ...] = (
-    {
-        "name": "tool_search",
-        "description": (
-            "Search the tools that are available but not loaded. Give a few words saying what you need; "
-            "returns matching tool names with one-line summaries and scores, best first (no schemas). "
-            "An exact tool name, or select:NAME, returns that tool."
-        ),
-        "input_schema": {
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "What the tool should do, in a few words."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 100, "description": "Most results."},
-            },
-            "required": ["query"],
-        },
-    },
-    {
-        "name": "expand_tools",
-        "description": (
-            "Load the full definitions (description and input schema) of tools by their exact names, "
-            "as returned by tool_search or listed in the directory, so they can be called."
-        ),
-        "input_schema": {
-            "type": "object",
-            "properties": {
-                "names": {
-                    "type": "array",
-                    "items": {"type": "string"},
-                    "minItems": 1,
-                    "description": "Exact tool names to load.",
-                }
-            },
-            "required": ["names"],
-        },
-    },
-)
-"""The definitions search mode sends instead of the catalog; the gateway serves the same two."""
-
-
-# --------------------------------------------------------------------------- plan
-
-
-@dataclass(frozen=True)
-class ToolPlan:
-    """What one spawn is sent: the tools section of its prompt and its tool definitions."""
-
-    mode: Literal["full", "search"]
-    full_tokens: int
-    """Tokens of every tool definition as it would be sent (the counting rule is in tokens.py)."""
-    prompt_tokens: int
-    """Tokens actually sent in this mode: `prompt` plus every definition in `tools`."""
-    reason: str
-    directory_level: Literal["none", "lines", "names", "servers"]
-    """"none" in full mode."""
-    prompt: str
-    """The tools section of the system prompt: empty in full mode, header + directory in search mode."""
-    tools: list[dict[str, Any]] = field(default_factory=list)
-    """Definitions sent: every tool (full), or the meta-tools then the pinned tools (search)."""
-    pinned: list[str] = field(default_factory=list)
-    """Qualified names matched by the `pinned` globs, sorted."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready, as `orchestrator tools plan --json` prints it."""
-        return {
-            "mode": self.mode,
-            "full_tokens": self.full_tokens,
-            "prompt_tokens": self.prompt_tokens,
-            "directory_level": self.directory_level,
-            "reason": self.reason,
-            "pinned": list(self.pinned),
-            "prompt": self.prompt,
-            "tools": [dict(tool) for tool in self.tools],
-        }
-
-
-_plans: dict[tuple[str, str], ToolPlan] = {}
-_plans_lock = threading.Lock()
-
-
-def plan_tools(catalog: ToolCatalog, settings: ToolSearchSettings) -> ToolPlan:
-    """Full or search mode for one spawn, with the prompt section and definitions to send.
-
-    Full when `settings.enabled` is false or every definition together costs at most
-    `threshold_tokens`; search mode otherwise. The same catalog version and settings give the same plan,
-    byte for byte (and from a cache, so planning an unchanged catalog costs microseconds).
-
-    Raises:
-        TokenizerError: `settings.tokenizer` cannot be loaded.
-    """
-    key = (catalog.version, settings.model_dump_json())
-    cached = _plans.get(key)
-    if cached is None:
-        cached = _plan(catalog, settings)
-        with _plans_lock:
-            if len(_plans) >= _PLAN_CACHE_SIZE:
-                _plans.pop(next(iter(_plans)))
-            _plans[key] = cached
-    # Fresh lists, so a caller that edits its plan cannot change the next spawn's.
-    return ToolPlan(
-        mode=cached.mode,
-        full_tokens=cached.full_tokens,
-        prompt_tokens=cached.prompt_tokens,
-        reason=cached.reason,
-        directory_level=cached.directory_level,
-        prompt=cached.prompt,
-        tools=[dict(tool) for tool in cached.tools],
-        pinned=list(cached.pinned),
-    )
-
-
-def _plan(catalog: ToolCatalog, settings: ToolSearchSettings) -> ToolPlan:
-    encoding = settings.tokenizer
-    full_tokens = sum(entry_tokens(entry, encoding) for entry in catalog)
-    pinned = [entry for entry in catalog if matches_any(entry.name, settings.pinned)]
-    pinned_names = [entry.name for entry in pinned]
-    threshold = settings.threshold_tokens
-    if not settings.enabled or full_tokens <= threshold:
-        reason = (
-            "tool search disabled (mcp.tool_search.enabled: false): every tool is sent"
-            if not settings.enabled
-            else f"full catalog {full_tokens:,} tokens <= threshold_tokens {threshold:,}: every tool is sent"
-        )
-        return ToolPlan(
-            mode="full",
-            full_tokens=full_tokens,
-            prompt_tokens=full_tokens,
-            reason=reason,
-            directory_level="none",
-            prompt="",
-            tools=[entry.definition() for entry in catalog],
-            pinned=pinned_names,
-        )
-    directory = build_directory(catalog, settings.directory_budget_tokens, encoding)
-    prompt = f"{DIRECTORY_HEADER}\n\n{_directory_title(directory)}\n{directory.text}"
-    tools = [dict(definition) for definition in META_TOOL_DEFINITIONS] + [entry.definition() for entry in pinned]
-    prompt_tokens = (
-        count_tokens(prompt, encoding)
-        + sum(count_definition_tokens(definition, encoding) for definition in META_TOOL_DEFINITIONS)
-        + sum(entry_tokens(entry, encoding) for entry in pinned)
-    )
-    return ToolPlan(
-        mode="search",
-        full_tokens=full_tokens,
-        prompt_tokens=prompt_tokens,
-        reason=_search_reason(full_tokens, threshold, directory, settings.directory_budget_tokens, len(pinned)),
-        directory_level=directory.level,
-        prompt=prompt,
-        tools=tools,
-        pinned=pinned_names,
-    )
-
-
-def entry_tokens(entry: ToolEntry, encoding: str) -> int:
-    """Tokens of one catalog entry's definition as sent, cached by the entry's digest (one count per tool)."""
-    return count_definition_tokens(entry.definition(), encoding, key=entry.digest)
-
-
-def matches_any(name: str, patterns: Sequence[str]) -> bool:
-    """True when `name` matches one of the globs (case-sensitive): pins, agent allow/deny and server lists."""
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
-
-
-def _directory_title(directory: Directory) -> str:
-    return {
-        "lines": "### Directory (name - summary)",
-        "names": "### Directory (server (tool count): tool names)",
-        "servers": "### Directory (server (tool count): what its tools are about; use tool_search for names)",
-    }[directory.level]
-
-
-def _search_reason(full: int, threshold: int, directory: Directory, budget: int, pinned: int) -> str:
-    reason = f"full catalog {full:,} tokens > threshold_tokens {threshold:,}: search mode, directory level {directory.level}"
-    if directory.tried:
-        needed = ", ".join(f"{level} {tokens:,}" for level, tokens in directory.tried)
-        reason += f" ({needed} tokens > directory_budget_tokens {budget:,})"
-    if directory.over_budget:
-        reason += f"; even one line per server needs {directory.tokens:,} tokens, over budget, every server kept"
-    if pinned:
-        reason += f"; {pinned} pinned tool{'s' if pinned != 1 else ''} sent with full schemas"
-    return reason
 
 
 # --------------------------------------------------------------------------- search
@@ -301,6 +105,11 @@ class ToolSearchEngine:
             embedding scorer when it is installed and loads, and are BM25 otherwise (`ranking_used`
             says which is in effect).
         blend: an explicit `ScoreBlend` (tests, custom scorers); otherwise found for hybrid/auto.
+        embeddings: the embedding runtime hybrid ranking uses (build one per process with
+            `EmbeddingRuntime.from_settings(settings)` and share it: the model loads once). Default, for
+            hybrid and auto ranking: the engine builds its own from `Settings()` (environment overrides
+            apply; vectors in `<user cache dir>/orchestrator/embeddings`) and owns it: call `close()`.
+        telemetry: where searches and expands are counted (default: OpenTelemetry's global providers).
     """
 
     def __init__(
@@ -310,8 +119,11 @@ class ToolSearchEngine:
         *,
         ranking: str | None = None,
         blend: ScoreBlend | None = None,
+        embeddings: EmbeddingRuntime | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._settings = settings or ToolSearchSettings()
+        self.telemetry = telemetry if telemetry is not None else Telemetry()
         self._source: Callable[[], ToolCatalog] = (
             (lambda fixed=catalog: fixed) if isinstance(catalog, ToolCatalog) else catalog
         )
@@ -320,8 +132,10 @@ class ToolSearchEngine:
             raise ValueError(f"ranking must be lexical, hybrid or auto, not {requested!r}")
         self.ranking = requested
         """The ranking asked for."""
-        self._blend, self._fallback = (
-            (blend, None) if blend is not None or requested == "lexical" else _find_blend(self._settings, requested)
+        self._blend, self._fallback, self._owned_embeddings = (
+            (blend, None, None)
+            if blend is not None or requested == "lexical"
+            else _find_blend(self._settings, requested, embeddings)
         )
         self._blend_failure_logged = False
         self._state: _State | None = None
@@ -356,6 +170,13 @@ class ToolSearchEngine:
         except Exception:  # boundary: warming is an optimisation and must not fail the caller
             log.warning("warming the hybrid ranking failed; searches answer lexically", exc_info=True)
             return False
+
+    def close(self) -> None:
+        """Close the embedding runtime this engine built for itself (not one passed in as `embeddings`):
+        its background embedding stops after the current step and is saved. Idempotent; searches still
+        work afterwards, answering lexically (`disabled`)."""
+        if self._owned_embeddings is not None:
+            self._owned_embeddings.close()
 
     @property
     def catalog(self) -> ToolCatalog:
@@ -398,11 +219,11 @@ class ToolSearchEngine:
         limit = self._settings.search_limit if k is None else k
         if limit < 1:
             raise SearchQueryError(f"tool_search limit must be at least 1, got {limit}")
-        with telemetry.span("tool_search", limit=limit) as span:
+        with self.telemetry.span("tool_search", limit=limit) as span:
             started = time.perf_counter()
             state = self._current()
             hits, ranking, fallback = self._search(state, query.strip(), limit)
-            telemetry.record_search(
+            self.telemetry.record_search(
                 "hit" if hits else "miss", time.perf_counter() - started, len(hits), ranking=ranking, fallback=fallback
             )
             span.set_attribute("ranking", ranking)
@@ -439,7 +260,7 @@ class ToolSearchEngine:
         try:
             blended, admitted = self._blend.blend(query, scores, candidates)
         except SemanticUnavailable as exc:  # logged once by the scorer; counted here on every search
-            kind = exc.kind if exc.kind in telemetry.FALLBACK_KINDS else "blend_failed"
+            kind = exc.kind if exc.kind in FALLBACK_KINDS else "blend_failed"
             return scores, candidates, "lexical", kind
         except Exception:  # boundary: a ranking failure must never reach the agent
             if not self._blend_failure_logged:
@@ -471,7 +292,7 @@ class ToolSearchEngine:
                 f"expand_tools was asked for {len(wanted)} tools; the limit is {limit} per call "
                 "(mcp.tool_search.max_expand): ask only for the tools you will call"
             )
-        with telemetry.span("expand_tools", count=len(wanted)):
+        with self.telemetry.span("expand_tools", count=len(wanted)):
             state = self._current()
             chosen: dict[int, None] = {}
             for name in wanted:
@@ -480,7 +301,7 @@ class ToolSearchEngine:
                     raise ToolNotFoundError(name, self._closest(state, name))
                 chosen.setdefault(docs[0])
             definitions = [state.catalog.entries[doc].definition() for doc in chosen]
-            telemetry.record_expand(len(definitions))
+            self.telemetry.record_expand(len(definitions))
         return definitions
 
     def closest(self, name: str) -> list[str]:
@@ -503,18 +324,26 @@ def _hit(entry: ToolEntry, score: float) -> SearchHit:
     return SearchHit(entry.name, entry.server, entry.tool, entry.summary, score)
 
 
-def _find_blend(settings: ToolSearchSettings, ranking: str) -> tuple[ScoreBlend | None, str | None]:
-    """The embedding scorer for hybrid/auto ranking and None, or None and why searches stay lexical.
+def _find_blend(
+    settings: ToolSearchSettings, ranking: str, embeddings: EmbeddingRuntime | None
+) -> tuple[ScoreBlend | None, str | None, EmbeddingRuntime | None]:
+    """The embedding blend for hybrid/auto ranking, or None and why searches stay lexical; and the
+    runtime built here when none was given (the engine owns and closes it).
 
-    `semantic.create_blend(settings)` returns the blend, or raises `SemanticUnavailable` (after logging
-    why, once) when hybrid ranking cannot run in this process (`disabled`, `missing_extra`, a model that
-    failed to load): the engine answers lexically and counts that kind on every search.
+    `create_blend` returns the blend, or raises `SemanticUnavailable` (after logging why, once per
+    runtime) when hybrid ranking cannot run (`disabled`, `missing_extra`, a model that failed to load):
+    the engine answers lexically and counts that kind on every search.
     """
+    owned = None
     try:
-        from . import _semantic as semantic
-        return semantic.create_blend(settings.model_copy(update={"ranking": ranking})), None
+        if embeddings is None:
+            from ..._config import Settings
+            from ._embedding import EmbeddingRuntime
+
+            embeddings = owned = EmbeddingRuntime.from_settings(Settings())
+        return embeddings.create_blend(settings.model_copy(update={"ranking": ranking})), None, owned
     except SemanticUnavailable as exc:
-        return None, exc.kind if exc.kind in telemetry.FALLBACK_KINDS else "blend_failed"
+        return None, exc.kind if exc.kind in FALLBACK_KINDS else "blend_failed", owned
     except Exception:  # boundary: an optional ranking must never stop the engine from being built
         log.warning("hybrid ranking could not be set up; answering with lexical ranking", exc_info=True)
-        return None, "load_failed"
+        return None, "load_failed", owned
