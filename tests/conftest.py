@@ -38,12 +38,28 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _no_stray_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """`Settings()` reads `$BERNSTEIN_CONFIG`, else `./bernstein.yaml` (the repository's, when pytest runs
+    from the root): point it at an empty file so a test's settings are only what the test says."""
+    empty = tmp_path_factory.mktemp("config") / "empty.yaml"
+    empty.write_text("", encoding="utf-8")
+    previous = os.environ.get("BERNSTEIN_CONFIG")
+    os.environ["BERNSTEIN_CONFIG"] = str(empty)
+    yield
+    if previous is None:
+        os.environ.pop("BERNSTEIN_CONFIG", None)
+    else:
+        os.environ["BERNSTEIN_CONFIG"] = previous
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Hybrid ranking (with the `semantic` extra installed) caches tool vectors in a temporary folder
-    during the tests, never in the user's cache (`ORCHESTRATOR_EMBEDDING_CACHE`)."""
-    name = "ORCHESTRATOR_EMBEDDING_CACHE"
+    """Nothing the tests run writes to the user's cache: the user cache dir (`XDG_CACHE_HOME` on Linux,
+    the default cache root of tool lists, task histories and tool vectors) is a temporary folder for the
+    session. Tests that rank with hybrid build their `EmbeddingRuntime` and pass it in."""
+    name = "XDG_CACHE_HOME"
     previous = os.environ.get(name)
-    os.environ[name] = str(tmp_path_factory.mktemp("embeddings"))
+    os.environ[name] = str(tmp_path_factory.mktemp("user-cache"))
     yield
     if previous is None:
         os.environ.pop(name, None)

@@ -5,38 +5,45 @@ from __future__ import annotations
 import json
 import re
 import socket
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import anyio
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator import _telemetry as telemetry
 from orchestrator._cli import app
-from orchestrator._cli.metrics import default_url, summarize
+from orchestrator._cli.metrics import default_url, scrape, summarize
 from orchestrator._config import TelemetrySettings
+from orchestrator._errors import OrchestratorError
+from orchestrator._telemetry import telemetry_session
 
 runner = CliRunner()
 
 
 @pytest.fixture
 def endpoint() -> Iterator[str]:
-    """A live Prometheus endpoint on an ephemeral port, after a scripted session."""
+    """A live Prometheus endpoint on an ephemeral port, after a scripted session.
+
+    Searches are split over both rankings and a fallback, as the engine records them: the figures
+    below add every series of an outcome."""
     settings = TelemetrySettings(exporter="prometheus", prometheus={"host": "127.0.0.1", "port": 0})
-    with telemetry.telemetry_session(settings) as session:
-        telemetry.record_search("hit", 0.001, 3)
-        telemetry.record_search("hit", 0.002, 5)
-        telemetry.record_search("hit", 0.003, 1)
-        telemetry.record_search("miss", 0.002, 0)
-        telemetry.record_expand(2)
-        telemetry.record_expand(1)
-        telemetry.record_spawn("full", "default", 3000, 0)
-        telemetry.record_spawn("search", "default", 1200, 4800)
-        telemetry.record_spawn("search", "default", 1000, 5000)
-        telemetry.record_tool_call("time", "get_current_time", "ok", 0.04)
-        telemetry.record_tool_call("time", "get_current_time", "ok", 0.06)
-        telemetry.record_tool_call("time", "convert_time", "tool_error", 0.02)
-        telemetry.record_catalog("time", 2, 310)
+    with telemetry_session(settings) as session:
+        session.record_search("hit", 0.001, 3, ranking="lexical")
+        session.record_search("hit", 0.002, 5, ranking="hybrid")
+        session.record_search("hit", 0.003, 1, ranking="lexical", fallback="warming")
+        session.record_search("miss", 0.002, 0, ranking="lexical")
+        session.record_expand(2)
+        session.record_expand(1)
+        session.record_spawn("full", "default", 3000, 0)
+        session.record_spawn("search", "default", 1200, 4800)
+        session.record_spawn("search", "default", 1000, 5000)
+        session.record_tool_call("time", "get_current_time", "ok", 0.04)
+        session.record_tool_call("time", "get_current_time", "ok", 0.06)
+        session.record_tool_call("time", "convert_time", "tool_error", 0.02)
+        session.record_catalog("time", 2, 310)
         assert session.prometheus_url is not None
         yield session.prometheus_url
 
@@ -118,9 +125,61 @@ def test_metrics_fails_with_one_line_when_nothing_listens() -> None:
     assert "Traceback" not in result.output
 
 
+class _NotFound(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self.send_error(404, "Not Found")
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's name)
+        pass  # keep the test output clean
+
+
+@pytest.fixture
+def not_found_url() -> Iterator[str]:
+    """A real HTTP server that answers 404 to everything."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NotFound)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_metrics_reports_an_http_error_status_in_one_line(not_found_url: str) -> None:
+    result = runner.invoke(app, ["metrics", "--url", not_found_url])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"error: metrics endpoint {not_found_url} answered HTTP 404 Not Found"
+
+
+@pytest.mark.parametrize(
+    ("url", "detail"),
+    [
+        ("http://127.0.0.1:99999/metrics", "port 99999 is not between 1 and 65535"),
+        ("localhost:9464/metrics", "missing an 'http://' or 'https://' protocol"),
+    ],
+)
+def test_metrics_refuses_a_malformed_url_in_one_line(url: str, detail: str) -> None:
+    result = runner.invoke(app, ["metrics", "--url", url])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: bad metrics URL {url!r}:"), result.output
+    assert detail in lines[0]
+
+
+def test_scrape_gives_up_on_a_silent_endpoint_after_its_timeout() -> None:
+    with socket.socket() as silent:  # accepts connections (the kernel's backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/metrics"
+        with pytest.raises(OrchestratorError, match=r"did not answer within 0\.2 s$"):
+            anyio.run(scrape, url, 0.2)
+
+
 def test_an_endpoint_without_events_shows_zeros_and_no_miss_rate() -> None:
     settings = TelemetrySettings(exporter="prometheus", prometheus={"port": 0})
-    with telemetry.telemetry_session(settings) as session:
+    with telemetry_session(settings) as session:
         assert session.prometheus_url is not None
         result = runner.invoke(app, ["metrics", "--url", session.prometheus_url])
     assert result.exit_code == 0, result.output

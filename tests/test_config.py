@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator._cli import app
+from orchestrator import Settings
 from orchestrator._config import effective_values, load_config, load_settings
 from orchestrator._errors import ConfigError
 
@@ -216,3 +217,26 @@ def test_unknown_agent_profile_lists_known_ones() -> None:
     assert settings.agent("default").allow == ["*"]
     with pytest.raises(ConfigError, match="unknown agent profile 'ghost'.*known: default"):
         settings.agent("ghost")
+
+
+def test_settings_alone_read_the_same_file_the_cli_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path, "mcp:\n  tool_search:\n    threshold_tokens: 1234\n")
+    assert Settings().mcp.tool_search.threshold_tokens == 1234  # ./bernstein.yaml
+    other = write(tmp_path, "mcp:\n  tool_search:\n    threshold_tokens: 77\n", name="other.yaml")
+    assert Settings(other).mcp.tool_search.threshold_tokens == 77  # an explicit file
+    monkeypatch.setenv("BERNSTEIN_CONFIG", str(other))
+    assert Settings().mcp.tool_search.threshold_tokens == 77  # $BERNSTEIN_CONFIG
+    monkeypatch.setenv("BERNSTEIN_MCP__TOOL_SEARCH__THRESHOLD_TOKENS", "5")
+    assert Settings().mcp.tool_search.threshold_tokens == 5  # the environment beats the file
+    assert Settings(mcp={"tool_search": {"threshold_tokens": 9}}).mcp.tool_search.threshold_tokens == 9
+
+
+def test_one_cache_root_holds_tool_lists_task_histories_and_vectors(tmp_path: Path) -> None:
+    settings = Settings(mcp={"cache_dir": str(tmp_path / "cache")})
+    root = tmp_path / "cache"
+    assert settings.mcp.cache_root() == root
+    assert settings.mcp.tool_cache_dir() == root / "tools"
+    assert settings.mcp.task_history_dir() == root / "tasks"
+    assert settings.mcp.embedding_cache_dir() == root / "embeddings"
+    moved = Settings(mcp={"cache_dir": str(root), "embedding": {"cache_dir": str(tmp_path / "vectors")}})
+    assert moved.mcp.embedding_cache_dir() == tmp_path / "vectors"

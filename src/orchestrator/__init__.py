@@ -1,36 +1,137 @@
-"""orchestrator: the MCP subsystem of an orchestrator that spawns a fresh agent per task."""
+"""orchestrator: the MCP subsystem of an orchestrator that spawns a fresh agent per task.
 
-from __future__ import annotations
+Everything a program embeds is imported from here; every other module is internal (its name starts
+with `_`, as in httpx) and may change without notice. Adding a name to `__all__` is a deliberate API
+decision, and `tests/test_exported_members.py` holds `__all__` to what is exported.
 
-from .config import Settings, load_settings
-from .errors import (
-    ConfigError,
-    ExpandError,
-    OrchestratorError,
-    SearchQueryError,
-    ServerError,
-    TokenizerError,
-    ToolCallError,
-    ToolCallTimeout,
-    ToolExecutionError,
-    ToolNotFoundError,
-    TransportError,
-)
+    from orchestrator import MCPManager, SpawnPlanner, ToolCatalog, load_settings
 
-__all__ = [
-    "ConfigError",
-    "ExpandError",
-    "OrchestratorError",
-    "SearchQueryError",
-    "ServerError",
-    "Settings",
-    "TokenizerError",
-    "ToolCallError",
-    "ToolCallTimeout",
-    "ToolExecutionError",
-    "ToolNotFoundError",
-    "TransportError",
-    "load_settings",
-]
+    settings = load_settings("bernstein.yaml")
+    async with MCPManager(settings) as manager:
+        plan = SpawnPlanner(settings).plan("fix the flaky test", "coder", manager.catalog())
+
+Names resolve on first use (PEP 562), so `import orchestrator` stays cheap: the CLI's `--help` and
+`config check` never pay for the MCP SDK or the embedding runtime.
+"""
+
+import importlib as _importlib
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 __version__ = "0.1.0"
+
+# Public name -> the internal module that defines it.
+_EXPORTS: dict[str, str] = {
+    # settings
+    "AgentProfile": "._config",
+    "EmbeddingSettings": "._config",
+    "GatewaySettings": "._config",
+    "LoadedConfig": "._config",
+    "MCPSettings": "._config",
+    "ServerConfig": "._config",
+    "Settings": "._config",
+    "TelemetrySettings": "._config",
+    "ToolSearchSettings": "._config",
+    "load_config": "._config",
+    "load_settings": "._config",
+    # errors
+    "CatalogError": "._errors",
+    "ConfigError": "._errors",
+    "ExpandError": "._errors",
+    "OrchestratorError": "._errors",
+    "SearchQueryError": "._errors",
+    "SemanticUnavailable": "._errors",
+    "ServerError": "._errors",
+    "TokenizerError": "._errors",
+    "ToolCallError": "._errors",
+    "ToolCallTimeout": "._errors",
+    "ToolExecutionError": "._errors",
+    "ToolNotFoundError": "._errors",
+    "TransportError": "._errors",
+    # the MCP manager
+    "MCPManager": ".protocols.mcp._manager",
+    "ServerState": ".protocols.mcp._connection",
+    "ServerStatus": ".protocols.mcp._connection",
+    "TransportFactory": ".protocols.mcp._transports",
+    # the catalog and tool search
+    "ToolCatalog": ".protocols.mcp._catalog",
+    "ToolEntry": ".protocols.mcp._catalog",
+    "ToolSearchEngine": ".protocols.mcp._search",
+    "SearchHit": ".protocols.mcp._search",
+    "EmbeddingRuntime": ".protocols.mcp._embedding",
+    # planning
+    "ToolPlan": "._planning",
+    "SpawnPlan": "._planning",
+    "SpawnPlanner": "._planning",
+    "ProfileFilter": "._planning",
+    "TaskHistory": "._history",
+    # meta-tools and provider formats
+    "MetaTools": "._meta_tools",
+    "meta_tool_definitions": "._meta_tools",
+    "render_tools": "._formats",
+    # the gateway
+    "Gateway": "._gateway",
+    "SpawnHandle": "._gateway",
+    "GatewayClient": "._gateway",
+    # telemetry
+    "Telemetry": "._telemetry",
+    "setup_telemetry": "._telemetry",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if _TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` imports on first use
+    from ._config import (
+        AgentProfile,
+        EmbeddingSettings,
+        GatewaySettings,
+        LoadedConfig,
+        MCPSettings,
+        ServerConfig,
+        Settings,
+        TelemetrySettings,
+        ToolSearchSettings,
+        load_config,
+        load_settings,
+    )
+    from ._errors import (
+        CatalogError,
+        ConfigError,
+        ExpandError,
+        OrchestratorError,
+        SearchQueryError,
+        SemanticUnavailable,
+        ServerError,
+        TokenizerError,
+        ToolCallError,
+        ToolCallTimeout,
+        ToolExecutionError,
+        ToolNotFoundError,
+        TransportError,
+    )
+    from ._formats import render_tools
+    from ._gateway.client import GatewayClient
+    from ._gateway.server import Gateway, SpawnHandle
+    from ._history import TaskHistory
+    from ._meta_tools import MetaTools, meta_tool_definitions
+    from ._planning import ProfileFilter, SpawnPlan, SpawnPlanner, ToolPlan
+    from ._telemetry import Telemetry, setup_telemetry
+    from .protocols.mcp._catalog import ToolCatalog, ToolEntry
+    from .protocols.mcp._connection import ServerState, ServerStatus
+    from .protocols.mcp._embedding import EmbeddingRuntime
+    from .protocols.mcp._manager import MCPManager
+    from .protocols.mcp._search import SearchHit, ToolSearchEngine
+    from .protocols.mcp._transports import TransportFactory
+
+
+def __getattr__(name: str) -> _Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module, __name__), name)
+    globals()[name] = value  # resolve once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

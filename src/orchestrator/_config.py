@@ -60,7 +60,8 @@ CONFIG_ENV_VAR = "BERNSTEIN_CONFIG"
 DEFAULT_CONFIG_NAME = "bernstein.yaml"
 REDACTED = "***"
 
-# The YAML file being loaded and its folder; read by the source hook and by `${CONFIG_DIR}` expansion.
+# The YAML file of the `Settings` being validated, set only while `Settings.__init__` runs: read by the
+# sources hook and by `${CONFIG_DIR}` expansion (validators get no other way to see it).
 _yaml_path: contextvars.ContextVar[Path | None] = contextvars.ContextVar("bernstein_yaml_path", default=None)
 
 _VAR_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -330,6 +331,25 @@ class Settings(BaseSettings):
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
 
+    def __init__(self, _config_file: str | os.PathLike[str] | None = None, **values: Any) -> None:
+        """Validate `values` over the environment and the YAML file over the defaults.
+
+        Args:
+            _config_file: the YAML file; default `$BERNSTEIN_CONFIG`, else `./bernstein.yaml` when it
+                exists (`resolve_config_path`), so `Settings()` alone reads what the CLI reads.
+            values: keys given in Python; they win over every other source.
+
+        Raises:
+            pydantic.ValidationError: invalid values (`load_config` turns them into a ConfigError line).
+        """
+        path, _reason = resolve_config_path(_config_file)
+        # The sources hook and `${CONFIG_DIR}` read the file's path while this one validation runs.
+        token = _yaml_path.set(path)
+        try:
+            super().__init__(**values)
+        finally:
+            _yaml_path.reset(token)
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -410,18 +430,15 @@ def load_config(path: str | os.PathLike[str] | None = None) -> LoadedConfig:
     root: yaml.Node | None = None
     if resolved is not None:
         file_data, root = _read_yaml(resolved)
-    token = _yaml_path.set(resolved)
     env_data: dict[str, Any] = {}
     try:
         env_data = EnvSettingsSource(Settings)()
-        settings = Settings()
+        settings = Settings(resolved)
     except ValidationError as exc:
         raise ConfigError(_describe_validation_error(exc, resolved, root, env_data)) from None
     except (ValueError, TypeError) as exc:  # pydantic-settings reports a bad env JSON value this way
         where = str(resolved) if resolved else "environment"
         raise ConfigError(f"{where}: {_one_line(str(exc))}") from None
-    finally:
-        _yaml_path.reset(token)
     return LoadedConfig(settings, resolved, reason, file_data, env_data)
 
 

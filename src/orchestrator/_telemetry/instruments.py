@@ -210,7 +210,7 @@ class Telemetry:
         duration_s: float,
         hits: int,
         *,
-        ranking: str | None = None,
+        ranking: str,
         fallback: str | None = None,
     ) -> None:
         """One tool_search that returned tools (`hit`) or none (`miss`), its ranking time and hit count.
@@ -220,10 +220,8 @@ class Telemetry:
         low-cardinality.
         """
         _check(outcome, ("hit", "miss"), "search outcome")
-        attributes = {"outcome": outcome}
-        if ranking is not None:
-            _check(ranking, RANKINGS, "search ranking")
-            attributes["ranking"] = ranking
+        _check(ranking, RANKINGS, "search ranking")
+        attributes = {"outcome": outcome, "ranking": ranking}
         if fallback is not None:
             _check(fallback, FALLBACK_KINDS, "ranking fallback")
             attributes["fallback"] = fallback

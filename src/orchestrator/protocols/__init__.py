@@ -1,1 +1,1 @@
-"""Protocol integrations; MCP lives in `orchestrator.protocols.mcp`."""
+"""Protocol integrations (internal): MCP lives in `orchestrator.protocols.mcp`. Import from `orchestrator`."""
