@@ -39,9 +39,8 @@ from mcp.client.streamable_http import streamable_http_client
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from orchestrator._config import AgentProfile, Settings, ToolSearchOverrides, load_settings  # noqa: E402
-from orchestrator._gateway import Gateway, GatewayClient  # noqa: E402
-from orchestrator.protocols.mcp._manager import MCPManager  # noqa: E402
+from orchestrator import AgentProfile, Gateway, GatewayClient, MCPManager, Settings, load_settings  # noqa: E402
+from orchestrator._config import ToolSearchOverrides  # noqa: E402
 
 TARGET_RATIO = 10.0
 TLS = ssl.create_default_context()

@@ -45,11 +45,9 @@ import time
 import numpy as np
 from _common import CATALOGS, RETRIEVAL, SETS, median, percentile, replicated_lists, same_scores, report_targets, table
 
-from orchestrator._config import ToolSearchSettings
-from orchestrator.protocols.mcp import _tool_search as tool_search
-from orchestrator.protocols.mcp._catalog import ToolCatalog
+from orchestrator import Settings, SpawnPlanner, ToolCatalog, ToolSearchEngine, ToolSearchSettings
 from orchestrator.protocols.mcp._evaluation import load_queries
-from orchestrator.protocols.mcp._tool_search import MAX_QUERY_CHARS, ToolSearchEngine, plan_tools
+from orchestrator.protocols.mcp._search import MAX_QUERY_CHARS
 
 SIZES = (100, 1_000, 10_000)
 K = 8
@@ -167,14 +165,14 @@ def main() -> int:
     # Planning a spawn.
     real = ToolCatalog.from_snapshot(CATALOGS)
     settings = ToolSearchSettings()
-    tool_search._plans.clear()
+    planner = SpawnPlanner(Settings(mcp={"tool_search": settings}))  # a fresh planner: nothing cached
     started = time.perf_counter()
-    first = plan_tools(real, settings)
+    first = planner.plan_tools(real, settings)
     first_ms = (time.perf_counter() - started) * 1000
     plans = []
     for _ in range(200):
         started = time.perf_counter()
-        plan_tools(real, settings)
+        planner.plan_tools(real, settings)
         plans.append(time.perf_counter() - started)
     plan_ms = median(plans) * 1000
     print(f"plan_tools, 590 real tools ({first.mode} mode): first {first_ms:.0f} ms, unchanged catalog p50 {plan_ms:.3f} ms")
@@ -199,7 +197,8 @@ def hybrid_speed(texts: list[str]) -> list[tuple[str, bool]]:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    from orchestrator import _telemetry as telemetry
+    from orchestrator import Telemetry
+    from orchestrator._telemetry import SEARCH_INVOCATIONS
     from orchestrator.protocols.mcp import _semantic as semantic
 
     print(f"\nHybrid ranking (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; other work shares them)")
@@ -228,8 +227,9 @@ def hybrid_speed(texts: list[str]) -> list[tuple[str, bool]]:
 
     catalog = ToolCatalog.from_lists(replicated_lists(HYBRID_SIZE))
     reader = InMemoryMetricReader()
-    telemetry.use_meter_provider(MeterProvider(metric_readers=[reader]))
-    hybrid = ToolSearchEngine(catalog, ranking="hybrid")
+    provider = MeterProvider(metric_readers=[reader])
+    telemetry = Telemetry(meter_provider=provider)
+    hybrid = ToolSearchEngine(catalog, ranking="hybrid", telemetry=telemetry)
     started = time.perf_counter()
     ready = hybrid.warm() and hybrid.ranking_used == "hybrid"
     if not ready:
@@ -251,8 +251,8 @@ def hybrid_speed(texts: list[str]) -> list[tuple[str, bool]]:
         started = time.perf_counter()
         scorer.embed_query(text)
         embeds.append(time.perf_counter() - started)
-    fallbacks = _fallbacks(reader, telemetry.SEARCH_INVOCATIONS)
-    telemetry.shutdown_telemetry()
+    fallbacks = _fallbacks(reader, SEARCH_INVOCATIONS)
+    provider.shutdown()
     hybrid_p50 = median(ours) * 1000
     table(
         ["ranking", "tools", "p50 ms", "p90 ms", "query embedding alone p50 ms"],

@@ -4,11 +4,12 @@
 
 Catalog: ../shared/data/catalogs (29 real servers, 590 tools), then growing subsets of its servers in name
 order. Tokens are cl100k_base counts of exactly what is sent (the rule in
-src/orchestrator/protocols/mcp/tokens.py: each definition as compact JSON `{name, description,
+src/orchestrator/protocols/mcp/_tokens.py: each definition as compact JSON `{name, description,
 input_schema}`, summed; the prompt section as text), with the default `mcp.tool_search` settings.
 
 - per spawn: the baseline sends every definition (`full_tokens`); search mode sends the header, the
-  directory, the two meta-tool definitions and any pinned tools (`prompt_tokens`). Subsets under
+  directory, the three meta-tool definitions and any pinned tools (`prompt_tokens`, exactly what
+  `orchestrator spawn --dry-run` reports: the benchmark plans through the same `SpawnPlanner`). Subsets under
   `threshold_tokens` are planned in full mode, as the project would.
 - session: a model request every round for 25 rounds. The baseline re-sends the catalog each round. Search
   mode re-sends its plan each round, and everything search mode adds to the conversation stays in it for
@@ -25,10 +26,9 @@ import json
 
 from _common import CATALOGS, report_targets, table
 
-from orchestrator._config import ToolSearchSettings
-from orchestrator.protocols.mcp._catalog import ToolCatalog, read_snapshot
+from orchestrator import Settings, SpawnPlan, SpawnPlanner, ToolCatalog, ToolSearchEngine, ToolSearchSettings
+from orchestrator.protocols.mcp._catalog import read_snapshot
 from orchestrator.protocols.mcp._tokens import compact_json, count_tokens
-from orchestrator.protocols.mcp._tool_search import ToolSearchEngine, plan_tools
 
 ROUNDS = 25
 SEARCH_ROUNDS = (1, 6, 11, 16, 21)
@@ -43,9 +43,14 @@ EXPAND_PER_SEARCH = 2
 TARGET_SHARE = 0.02
 
 
+def spawn_plan(catalog: ToolCatalog, settings: ToolSearchSettings) -> SpawnPlan:
+    """What `orchestrator spawn --dry-run` sends the default agent: the same planner, the same tokens."""
+    return SpawnPlanner(Settings(mcp={"tool_search": settings})).plan("benchmark", "default", catalog, record=False)
+
+
 def session(catalog: ToolCatalog, settings: ToolSearchSettings) -> tuple[int, int]:
     """(baseline, project) tokens over ROUNDS rounds, as the module docstring describes."""
-    plan = plan_tools(catalog, settings)
+    plan = spawn_plan(catalog, settings)
     if plan.mode == "full":
         return plan.full_tokens * ROUNDS, plan.prompt_tokens * ROUNDS
     engine = ToolSearchEngine(catalog, settings, ranking="lexical")
@@ -77,7 +82,7 @@ def main() -> int:
     checks: list[tuple[str, bool]] = []
     for count in (1, 2, 4, 8, 16, len(servers)):
         catalog = ToolCatalog.from_lists({server: lists[server] for server in servers[:count]})
-        plan = plan_tools(catalog, settings)
+        plan = spawn_plan(catalog, settings)
         full_session, project_session = session(catalog, settings)
         rows.append(
             [
