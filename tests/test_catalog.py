@@ -116,9 +116,9 @@ def test_the_version_depends_only_on_content() -> None:
 
 
 def test_lookup_accepts_qualified_alias_and_bare_names() -> None:
-    catalog = ToolCatalog.from_lists({"time": TIME_TOOLS, "time2": TIME_TOOLS})
+    catalog = ToolCatalog.from_lists({"time": TIME_TOOLS, "time2": TIME_TOOLS}, {"time2": "time"})
     entry = catalog.get("time__convert_time")
-    assert entry is not None and entry.servers == ("time", "time2")  # duplicates collapsed
+    assert entry is not None and entry.servers == ("time", "time2")  # declared replicas collapse
     assert catalog.lookup("time__convert_time") is entry
     assert catalog.lookup("time2__convert_time") is entry
     assert catalog.lookup("convert_time") is entry

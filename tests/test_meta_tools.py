@@ -35,14 +35,15 @@ def _basic(tag: str) -> ServerConfig:
 
 @pytest.fixture(scope="module")
 async def manager(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[MCPManager]:
-    settings = Settings(mcp={"servers": {"alpha": _basic("alpha"), "beta": _basic("beta")}, "warm_start": False})
+    beta = _basic("beta").model_copy(update={"replica_of": "alpha"})  # a declared replica: calls may go to either
+    settings = Settings(mcp={"servers": {"alpha": _basic("alpha"), "beta": beta}, "warm_start": False})
     async with MCPManager(settings) as live:
         assert live.is_ready("alpha") and live.is_ready("beta")
         yield live
 
 
 def _meta(manager: Any, rules: ProfileFilter | None = None, **kwargs: Any) -> MetaTools:
-    full = ToolCatalog.from_lists(manager.tool_lists())
+    full = manager.catalog()
     visible = rules.apply(full) if rules else full
     engine = ToolSearchEngine(visible, ToolSearchSettings(ranking="lexical"))
     return MetaTools(engine, manager, full_catalog=full, visibility=rules, agent="tester", **kwargs)
@@ -157,7 +158,7 @@ async def test_routing_skips_a_server_that_is_not_ready(manager: MCPManager) -> 
         async def call_tool(self, server: str, tool: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
             return await manager.call_tool(server, tool, arguments)
 
-    full = ToolCatalog.from_lists(manager.tool_lists())
+    full = manager.catalog()
     meta = MetaTools(ToolSearchEngine(full, ToolSearchSettings(ranking="lexical")), AlphaDown(), full_catalog=full)
     assert _text(await meta.call_tool("alpha__whoami", {})) == "beta"
 

@@ -171,9 +171,10 @@ def test_adding_an_unrelated_server_renames_nothing(catalog: dict[str, Any], ext
     assert reverse_map(before).items() <= reverse_map(after).items()
 
 
-def test_exact_duplicates_collapse_to_one_entry_named_after_the_first_server() -> None:
+def test_exact_duplicates_of_replicas_collapse_to_one_entry_named_after_the_first_server() -> None:
     tool = {"name": "read_file", "description": "Read a file.", "inputSchema": {"type": "object"}}
-    tools = normalize({"zeta": [tool], "alpha": [dict(tool, title="other title")], "mid": [tool]})
+    replicas = {"zeta": "alpha", "mid": "alpha", "alpha": "alpha"}
+    tools = normalize({"zeta": [tool], "alpha": [dict(tool, title="other title")], "mid": [tool]}, replicas)
     assert len(tools) == 1
     (entry,) = tools
     assert (entry.name, entry.server, entry.servers, entry.tool) == (
@@ -199,7 +200,18 @@ def test_same_name_with_a_different_schema_or_description_stays_two_tools() -> N
 def test_schema_key_order_does_not_make_duplicates_different() -> None:
     first = {"name": "t", "inputSchema": {"type": "object", "properties": {}}}
     second = {"name": "t", "inputSchema": {"properties": {}, "type": "object"}}
-    assert [entry.servers for entry in normalize({"a": [first], "b": [second]})] == [("a", "b")]
+    assert [entry.servers for entry in normalize({"a": [first], "b": [second]}, {"b": "a"})] == [("a", "b")]
+
+
+def test_an_identical_tool_on_an_undeclared_server_never_answers_for_another() -> None:
+    """A server that copies another's definition (a shadowing attempt) gets its own entry and name."""
+    tool = {"name": "get_current_time", "description": "Current time.", "inputSchema": {"type": "object"}}
+    tools = normalize({"time": [tool], "aaa": [tool]})
+    assert [(entry.name, entry.servers) for entry in tools] == [
+        ("aaa__get_current_time", ("aaa",)),
+        ("time__get_current_time", ("time",)),
+    ]
+    assert reverse_map(tools)["time__get_current_time"] == ("time", "get_current_time")
 
 
 def test_a_tool_listed_twice_by_one_server_keeps_its_first_listing() -> None:
@@ -257,13 +269,13 @@ def load_real_catalogs(shared_data: Path) -> dict[str, list[dict[str, Any]]]:
 def test_every_real_tool_gets_a_valid_unique_name(shared_data: Path) -> None:
     catalog = load_real_catalogs(shared_data)
     assert len(catalog) == 32
-    tools = normalize(catalog)
+    # The same server in two configurations, declared as replicas, collapses; another schema does not.
+    tools = normalize(catalog, {"github-default": "github", "playwright-allcaps": "playwright"})
     names = [entry.name for entry in tools]
     assert all(is_valid(name) for name in names)
     assert len(set(names)) == len(names)
     routes = reverse_map(tools)
     assert all(routes[qualified_name(server, tool)] == (server, tool) for server, tool in offered(catalog))
-    # The same server in two configurations collapses; the same name with another schema does not.
     assert {entry.servers for entry in tools if len(entry.servers) > 1} == {
         ("github", "github-default"),
         ("playwright", "playwright-allcaps"),

@@ -39,6 +39,8 @@ LISTS = {
     "git": [_tool("git_status", "Working tree status", repo_path="string"), _tool("git_commit"), _tool("git_reset")],
     "mirror": [_tool("get_current_time", "Current time in a timezone", timezone="string")],
 }
+REPLICAS = {"mirror": "time"}
+"""mirror is declared a replica of time (`replica_of`), so their identical tool is one entry."""
 
 
 def _settings(**agents: AgentProfile) -> Settings:
@@ -47,7 +49,7 @@ def _settings(**agents: AgentProfile) -> Settings:
 
 @pytest.fixture()
 def catalog() -> ToolCatalog:
-    return ToolCatalog.from_lists(LISTS)
+    return ToolCatalog.from_lists(LISTS, REPLICAS)
 
 
 def test_profile_globs_choose_servers_and_tools_and_deny_wins(catalog: ToolCatalog) -> None:
@@ -85,13 +87,13 @@ def test_search_mode_above_a_profiles_lower_threshold_adds_call_tool(catalog: To
 def test_same_catalog_and_profile_give_byte_identical_plans(catalog: ToolCatalog) -> None:
     small = AgentProfile(tool_search=ToolSearchOverrides(threshold_tokens=0))
     settings = _settings(small=small)
-    first = plan_spawn("task", "small", settings=settings, catalog=ToolCatalog.from_lists(LISTS), record=False)
-    second = plan_spawn("task", "small", settings=settings, catalog=ToolCatalog.from_lists(dict(reversed(LISTS.items()))), record=False)
+    first = plan_spawn("task", "small", settings=settings, catalog=ToolCatalog.from_lists(LISTS, REPLICAS), record=False)
+    second = plan_spawn("task", "small", settings=settings, catalog=ToolCatalog.from_lists(dict(reversed(LISTS.items())), REPLICAS), record=False)
     assert first.fingerprint == second.fingerprint
     assert (first.prompt, json.dumps(first.tools)) == (second.prompt, json.dumps(second.tools))
     assert first.fingerprint == fingerprint(first.prompt, first.tools)
     changed = {**LISTS, "time": [_tool("get_current_time", "Now in a timezone", timezone="string")]}
-    third = plan_spawn("task", "small", settings=settings, catalog=ToolCatalog.from_lists(changed), record=False)
+    third = plan_spawn("task", "small", settings=settings, catalog=ToolCatalog.from_lists(changed, REPLICAS), record=False)
     assert third.fingerprint != first.fingerprint
 
 

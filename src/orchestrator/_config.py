@@ -117,6 +117,10 @@ class ServerConfig(_Model):
     """Restart attempts after the server dies, before it is marked `failed`."""
     restart_backoff_s: float = Field(0.5, ge=0)
     """First restart delay; doubles on each further attempt."""
+    replica_of: str | None = None
+    """Name of another server this one is a copy of (the same service behind another address): their
+    identical tools become one entry, callable on either. Without it, an identical tool on another
+    server never answers for this one's names (a server cannot shadow another)."""
 
     @field_validator("command", "cwd", "url", mode="after")
     @classmethod
@@ -247,6 +251,31 @@ class MCPSettings(_Model):
             if not name or not name.strip():
                 raise ValueError("server names must not be empty")
         return value
+
+    @model_validator(mode="after")
+    def _replicas_exist(self) -> MCPSettings:
+        for name, server in self.servers.items():
+            if server.replica_of is not None and server.replica_of not in self.servers:
+                known = ", ".join(sorted(self.servers))
+                raise ValueError(f"servers.{name}.replica_of: no server named {server.replica_of!r} (known: {known})")
+        return self
+
+    def replica_groups(self) -> dict[str, str]:
+        """Server -> its replica group: declared with `replica_of` (followed to the end of the chain), or
+        the same server configured twice (identical settings under two names). Alone: its own name."""
+        groups: dict[str, str] = {}
+        by_config: dict[str, str] = {}
+        for name in sorted(self.servers):
+            config = self.servers[name]
+            root, seen = name, {name}
+            while self.servers[root].replica_of is not None and self.servers[root].replica_of not in seen:
+                root = self.servers[root].replica_of  # type: ignore[assignment]
+                seen.add(root)
+            if root == name:
+                same = config.model_dump_json(exclude={"replica_of", "enabled"})
+                root = by_config.setdefault(same, name)
+            groups[name] = root
+        return groups
 
 
 class AgentProfile(_Model):

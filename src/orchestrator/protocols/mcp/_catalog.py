@@ -118,9 +118,12 @@ class ToolCatalog:
     # ------------------------------------------------------------------ builders
 
     @classmethod
-    def from_lists(cls, tools_by_server: Mapping[str, Sequence[Mapping[str, Any]]]) -> ToolCatalog:
-        """From `{server: [tools/list dicts]}`, normalized (qualified names, duplicates collapsed)."""
-        return cls(ToolEntry.from_normalized(tool) for tool in normalize(tools_by_server))
+    def from_lists(
+        cls, tools_by_server: Mapping[str, Sequence[Mapping[str, Any]]], replicas: Mapping[str, str] | None = None
+    ) -> ToolCatalog:
+        """From `{server: [tools/list dicts]}`, normalized: qualified names, and exact duplicates collapsed
+        within each replica group (`replicas`: server -> group; see `normalize`)."""
+        return cls(ToolEntry.from_normalized(tool) for tool in normalize(tools_by_server, replicas))
 
     @classmethod
     def from_snapshot(cls, path: str | Path) -> ToolCatalog:

@@ -75,6 +75,7 @@ class MCPManager:
             if name not in configured:
                 raise ServerError(name, f"not configured (no mcp.servers.{name}); known: {_known(configured)}")
         self._configs = {name: configured[name] for name in names}
+        self._replicas = mcp_settings.replica_groups()
         self._wait = wait
         self._cache = ToolListCache(mcp_settings.tool_cache_dir()) if mcp_settings.warm_start else None
         self.telemetry = telemetry if telemetry is not None else Telemetry()
@@ -162,7 +163,7 @@ class MCPManager:
         """The normalized catalog of every offered tool, rebuilt only when `version` has moved."""
         version = self._version
         if self._catalog is None or self._catalog_version != version:
-            self._catalog = ToolCatalog.from_lists(self.tool_lists())
+            self._catalog = ToolCatalog.from_lists(self.tool_lists(), self._replicas)
             self._catalog_version = version
         return self._catalog
 

@@ -106,16 +106,23 @@ def one_line(text: str | None, limit: int = SUMMARY_LIMIT) -> str:
     return cut.rstrip(" ,;:") + ELLIPSIS
 
 
-def normalize(tools_by_server: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[NormalizedTool]:
-    """Every tool of every server with its qualified name, exact duplicates collapsed, sorted by name.
+def normalize(
+    tools_by_server: Mapping[str, Sequence[Mapping[str, Any]]], replicas: Mapping[str, str] | None = None
+) -> list[NormalizedTool]:
+    """Every tool of every server with its qualified name, exact duplicates of replicas collapsed, by name.
 
     Registration order does not matter (servers are read in sorted order). Within one server a repeated
     tool name keeps its first listing (MCP requires unique names per server; calls could not tell them
-    apart). Tools with the same name, description and input schema on several servers become one entry
-    named after the first of them. Odd input (missing or empty names, non-dict entries) never raises:
+    apart). `replicas` maps a server to its replica group (servers the user declared as copies of one
+    another, or the same server configured twice): tools with the same name, description and input schema
+    on servers of one group become one entry named after the first of them, callable on any of them. A
+    server outside every group is its own: an identical definition offered by another server never
+    answers for it (no shadowing). Odd input (missing or empty names, non-dict entries) never raises:
     non-dict entries are skipped, a missing name counts as "".
     """
-    by_tool: dict[str, list[list[tuple[str, Mapping[str, Any]]]]] = {}  # tool -> groups of identical offers
+    groups_of = replicas or {}
+    # (replica group, tool) -> groups of identical offers
+    by_tool: dict[tuple[str, str], list[list[tuple[str, Mapping[str, Any]]]]] = {}
     for server in sorted(tools_by_server):
         seen: set[str] = set()
         for definition in tools_by_server[server] or ():
@@ -125,7 +132,7 @@ def normalize(tools_by_server: Mapping[str, Sequence[Mapping[str, Any]]]) -> lis
             if tool in seen:
                 continue
             seen.add(tool)
-            groups = by_tool.setdefault(tool, [])
+            groups = by_tool.setdefault((groups_of.get(server, server), tool), [])
             for group in groups:
                 if _same_tool(group[0][1], definition):
                     group.append((server, definition))
@@ -141,7 +148,7 @@ def normalize(tools_by_server: Mapping[str, Sequence[Mapping[str, Any]]]) -> lis
             tool=tool,
             definition=group[0][1],
         )
-        for tool, groups in by_tool.items()
+        for (_replicas, tool), groups in by_tool.items()
         for group in groups
     ]
     return sorted(_resolve_collisions(entries), key=lambda entry: entry.name)
