@@ -54,12 +54,17 @@ def build(name: str = "basic", extra_tools: int = 0) -> MCPServer:
         return os.environ.get("BASIC_SERVER_TAG", "")
 
     for index in range(extra_tools):
-
-        def extra(value: str = "", _index: int = index) -> str:
-            return f"extra {_index}: {value}"
-
-        server.add_tool(extra, name=f"extra_{index}", description=f"Extra tool number {index}.")
+        server.add_tool(_extra(index), name=f"extra_{index}", description=f"Extra tool number {index}.")
     return server
+
+
+def _extra(index: int):  # type: ignore[no-untyped-def]
+    """One extra tool bound to its number (the SDK refuses parameters named with a leading `_`)."""
+
+    def extra(value: str = "") -> str:
+        return f"extra {index}: {value}"
+
+    return extra
 
 
 def main() -> None:
