@@ -25,7 +25,10 @@ install-test: $(STAMP_TEST)
 demo: $(STAMP_DEMO)
 	$(BIN)/orchestrator --config bernstein.yaml demo
 
+# promtool and prometheus (Debian's package, installed when missing) check the shipped rules and
+# dashboard (tests/test_prometheus_rules.py, tests/test_prometheus_scrape.py).
 test: $(STAMP_TEST)
+	sh scripts/install-prometheus.sh
 	$(BIN)/python -m pytest
 
 clean:
