@@ -25,14 +25,16 @@ from pathlib import Path
 
 import numpy as np
 import platformdirs
-from _common import CATALOGS, RETRIEVAL, SETS, table
 
+from _common import CATALOGS, RETRIEVAL, SETS, table
 from orchestrator._config import ToolSearchSettings
 from orchestrator.protocols.mcp._catalog import ToolCatalog
+from orchestrator.protocols.mcp._embedding.model import SemanticScorer
+from orchestrator.protocols.mcp._embedding.rules import admitted, blend, entry_text, query_sentences
+from orchestrator.protocols.mcp._embedding.vectors import ToolVectors
 from orchestrator.protocols.mcp._evaluation import MRR_DEPTH, EvalQuery, EvalReport, evaluate_rankings, load_queries
 from orchestrator.protocols.mcp._ranking import LexicalIndex
-from orchestrator.protocols.mcp._semantic import SemanticScorer, admitted, blend, entry_text, query_sentences
-from orchestrator.protocols.mcp._tool_search import MAX_QUERY_CHARS
+from orchestrator.protocols.mcp._search import MAX_QUERY_CHARS
 
 K = 5
 WEIGHTS = [round(w, 2) for w in np.arange(0.0, 1.0001, 0.05)]
@@ -87,7 +89,7 @@ class Scored:
     cosines: list[np.ndarray | None]
 
 
-def score_set(name: str, scorer: SemanticScorer, quick: bool) -> Scored:
+def score_set(name: str, scorer: ToolVectors, quick: bool) -> Scored:
     catalog = ToolCatalog.from_snapshot(RETRIEVAL / name / "tools.json")
     queries = load_queries(RETRIEVAL / name / "queries.jsonl")
     if quick:
@@ -108,7 +110,7 @@ def score_set(name: str, scorer: SemanticScorer, quick: bool) -> Scored:
         mask = np.zeros(len(catalog), dtype=bool)
         mask[candidates] = True
         query_vectors = np.stack([vectors[part] for part in query_sentences(text)])
-        lexical.append(scores), matched.append(mask), cosines.append(scorer.similarities(query_vectors, tools))
+        lexical.append(scores), matched.append(mask), cosines.append(scorer.model.similarities(query_vectors, tools))
     return Scored(name, catalog, queries, lexical, matched, cosines)
 
 
@@ -177,7 +179,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="first 300 queries of each set")
     args = parser.parse_args()
     defaults = ToolSearchSettings()
-    scorer = SemanticScorer.load(args.cache)
+    scorer = ToolVectors(SemanticScorer.load(), args.cache)
     print(f"embedding tools and queries of {', '.join(SETS)} (vectors cached in {args.cache})")
     sets = {name: score_set(name, scorer, args.quick) for name in SETS}
 
@@ -210,7 +212,7 @@ def main() -> int:
     print(f"\nthe floor on the {len(real)} real tools: best cosine of each request, and what hybrid returns at floor {floor}")
     rows = []
     for query, gold in [(q, None) for q in OFF_TOPIC] + PARAPHRASES:
-        cosines = scorer.similarities(scorer.embed_query(query), real_tools)
+        cosines = scorer.model.similarities(scorer.model.embed_query(query), real_tools)
         scores, candidates = real_index.scores(real_index.query_terms(query))
         mask = np.zeros(len(real), dtype=bool)
         mask[candidates] = True

@@ -197,31 +197,33 @@ def hybrid_speed(texts: list[str]) -> list[tuple[str, bool]]:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    from orchestrator import Telemetry
+    from orchestrator import EmbeddingRuntime, Telemetry
     from orchestrator._telemetry import SEARCH_INVOCATIONS
-    from orchestrator.protocols.mcp import _semantic as semantic
+    from orchestrator.protocols.mcp._embedding.model import EMBED_WORKERS, MAX_TOKENS, SemanticScorer
+    from orchestrator.protocols.mcp._embedding.rules import entry_text
+    from orchestrator.protocols.mcp._embedding.vectors import ToolVectors
 
     print(f"\nHybrid ranking (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; other work shares them)")
     started = time.perf_counter()
-    model = semantic.SemanticScorer.load(None)
+    model = SemanticScorer.load()
     load_ms = (time.perf_counter() - started) * 1000
     real = ToolCatalog.from_snapshot(CATALOGS)
-    tool_texts = {entry.name: semantic.entry_text(entry) for entry in real}
+    tool_texts = {entry.name: entry_text(entry) for entry in real}
     with tempfile.TemporaryDirectory() as folder:
-        cold = model.sharing(folder)
+        cold = ToolVectors(model, folder)
         wall, cpu = time.perf_counter(), time.process_time()
         cold.embed_tools(tool_texts)
         cold_s, cold_cpu = time.perf_counter() - wall, time.process_time() - cpu
         tokens = model.count_tokens(tool_texts.values())
-        cached = model.sharing(folder)  # a restarted process: nothing in memory
+        cached = ToolVectors(model, folder)  # a restarted process: nothing in memory
         started = time.perf_counter()
         cached.embed_tools(tool_texts)
         cache_ms = (time.perf_counter() - started) * 1000
         assert cached.texts_embedded == 0, "the cache missed"
     print(f"model load: {load_ms:.0f} ms")
     print(
-        f"cold embedding of {len(real)} real tools ({tokens:,} tokens after the {semantic.MAX_TOKENS}-token cut): "
-        f"{cold_s:.2f} s wall, {cold_cpu:.2f} s CPU ({semantic.EMBED_WORKERS} parallel runs)"
+        f"cold embedding of {len(real)} real tools ({tokens:,} tokens after the {MAX_TOKENS}-token cut): "
+        f"{cold_s:.2f} s wall, {cold_cpu:.2f} s CPU ({EMBED_WORKERS} parallel runs)"
     )
     print(f"the same {len(real)} vectors from the cache (fresh scorer): {cache_ms:.1f} ms")
 
@@ -229,14 +231,14 @@ def hybrid_speed(texts: list[str]) -> list[tuple[str, bool]]:
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
     telemetry = Telemetry(meter_provider=provider)
-    hybrid = ToolSearchEngine(catalog, ranking="hybrid", telemetry=telemetry)
+    embeddings = EmbeddingRuntime(Settings().mcp.embedding_cache_dir(), model=model)  # the default cache folder
+    hybrid = ToolSearchEngine(catalog, ranking="hybrid", embeddings=embeddings, telemetry=telemetry)
     started = time.perf_counter()
     ready = hybrid.warm() and hybrid.ranking_used == "hybrid"
     if not ready:
         raise SystemExit("hybrid ranking is not available: pip install 'orchestrator[semantic]' (see the log)")
-    print(f"{len(catalog):,} tools' vectors ready in {time.perf_counter() - started:.1f} s (cached in {semantic.embedding_cache_dir()}); ready={ready}")
+    print(f"{len(catalog):,} tools' vectors ready in {time.perf_counter() - started:.1f} s (cached in {embeddings.cache_dir}); ready={ready}")
     lexical = ToolSearchEngine(catalog, ranking="lexical")
-    scorer = semantic.shared_scorer()
     for text in texts[:10]:  # warm-up
         hybrid.search(text, K)
         lexical.search(text, K)
@@ -249,10 +251,11 @@ def hybrid_speed(texts: list[str]) -> list[tuple[str, bool]]:
         lexical.search(text, K)
         theirs.append(time.perf_counter() - started)
         started = time.perf_counter()
-        scorer.embed_query(text)
+        model.embed_query(text)
         embeds.append(time.perf_counter() - started)
     fallbacks = _fallbacks(reader, SEARCH_INVOCATIONS)
     provider.shutdown()
+    embeddings.close()
     hybrid_p50 = median(ours) * 1000
     table(
         ["ranking", "tools", "p50 ms", "p90 ms", "query embedding alone p50 ms"],

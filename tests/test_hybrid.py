@@ -1,16 +1,22 @@
-"""Hybrid ranking in the engine: paraphrases, the floor, failing open to lexical, the vector cache.
+"""Hybrid ranking in the engine: paraphrases, the floor, failing open to lexical, the vector cache, the
+runtime's lifecycle and where it writes.
 
-Every test here runs the real model and skips when the `semantic` extra is not installed. Each test gets
-a fresh process-wide state (`semantic._shared`) and its own cache folder; the loaded model is reused so
-the file stays fast.
+Every test here runs the real model and skips when the `semantic` extra is not installed. Each test builds
+the `EmbeddingRuntime` it needs (its own cache folder, nothing logged yet) and passes it in; the loaded
+model is shared between them so the file stays fast.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import json
 import logging
+import os
+import subprocess
 import sys
-from collections.abc import Iterator
+import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +25,27 @@ import numpy as np
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from orchestrator import _telemetry as telemetry
-from orchestrator._config import ServerConfig, Settings, ToolSearchSettings
-from orchestrator._gateway import Gateway
-from orchestrator.protocols.mcp import _semantic as semantic
-from orchestrator.protocols.mcp._catalog import ToolCatalog
-from orchestrator.protocols.mcp._manager import MCPManager
-from orchestrator.protocols.mcp._semantic import CACHE_ENV, SEMANTIC_ENV, SemanticScorer, create_blend, shared_scorer
-from orchestrator.protocols.mcp._tool_search import ToolSearchEngine
+from orchestrator import (
+    EmbeddingRuntime,
+    Gateway,
+    MCPManager,
+    ServerConfig,
+    Settings,
+    Telemetry,
+    ToolCatalog,
+    ToolSearchEngine,
+    ToolSearchSettings,
+)
+from orchestrator._telemetry import SEARCH_INVOCATIONS
+from orchestrator.protocols.mcp import _embedding as embedding
+from orchestrator.protocols.mcp._embedding import blend as blend_module
+from orchestrator.protocols.mcp._embedding.model import EXTRA_MODULES, MODEL_SHA256, SemanticScorer
+from orchestrator.protocols.mcp._embedding.rules import entry_text
+from orchestrator.protocols.mcp._embedding.store import CACHE_NAME
 
-for _module in semantic.EXTRA_MODULES:
-    pytest.importorskip(_module, reason="the semantic extra is not installed: pip install 'orchestrator[semantic]'")
+_MISSING = [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
+if _MISSING:  # found without importing: onnxruntime must first be imported by the runtime (telemetry off)
+    pytest.skip(f"the semantic extra is not installed ({', '.join(_MISSING)})", allow_module_level=True)
 
 
 def tool(name: str, description: str, *parameters: str) -> dict[str, Any]:
@@ -56,29 +72,28 @@ OFF_TOPIC = "tell me a joke about cats"
 PATIENT = ToolSearchSettings(embedding_timeout_ms=10_000)
 """Default settings but a generous query-embedding limit: a busy test machine must not turn an assertion
 about hybrid ranking into a `slow_query` fallback."""
+SUBPROCESS_TIMEOUT_S = 120.0
+"""A fresh interpreter imports the SDK stack and loads the model: generous on a loaded 2-core machine."""
 
 
 @pytest.fixture(scope="module")
 def model() -> SemanticScorer:
     """One model load for the whole file (a process loads it once, too)."""
-    return SemanticScorer.load(None)
+    return SemanticScorer.load()
 
 
 @pytest.fixture
-def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[semantic._Shared]:
-    """A process as far as hybrid ranking knows: nothing logged, no model failure, an empty cache folder."""
-    state = semantic._Shared()
-    monkeypatch.setattr(semantic, "_shared", state)
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "embeddings"))
-    monkeypatch.delenv(SEMANTIC_ENV, raising=False)
-    yield state
+def fresh(tmp_path: Path) -> Iterator[EmbeddingRuntime]:
+    """A runtime as a process starts with it: nothing loaded or logged, an empty cache folder."""
+    with EmbeddingRuntime(tmp_path / "embeddings") as runtime:
+        yield runtime
 
 
 @pytest.fixture
-def loaded(fresh: semantic._Shared, model: SemanticScorer) -> semantic._Shared:
+def loaded(tmp_path: Path, model: SemanticScorer) -> Iterator[EmbeddingRuntime]:
     """`fresh`, with the model already loaded (as after the first hybrid search of a process)."""
-    fresh.model = model
-    return fresh
+    with EmbeddingRuntime(tmp_path / "embeddings", model=model) as runtime:
+        yield runtime
 
 
 @pytest.fixture
@@ -98,7 +113,7 @@ def searches(metric_reader: InMemoryMetricReader) -> dict[tuple[str, str | None,
     for resource in data.resource_metrics:
         for scope in resource.scope_metrics:
             for metric in scope.metrics:
-                if metric.name != telemetry.SEARCH_INVOCATIONS:
+                if metric.name != SEARCH_INVOCATIONS:
                     continue
                 for point in metric.data.data_points:
                     attributes = dict(point.attributes or {})
@@ -108,58 +123,84 @@ def searches(metric_reader: InMemoryMetricReader) -> dict[tuple[str, str | None,
     return found
 
 
+def counting(load: Callable[[], SemanticScorer]) -> tuple[Callable[[], SemanticScorer], list[int]]:
+    """A model loader that counts its calls."""
+    calls: list[int] = []
+
+    def counted() -> SemanticScorer:
+        calls.append(1)
+        return load()
+
+    return counted, calls
+
+
 # --------------------------------------------------------------------------- ranking
 
 
 def test_hybrid_finds_a_tool_that_lexical_misses_on_a_paraphrase(
-    loaded: semantic._Shared, catalog: ToolCatalog, reader: InMemoryMetricReader
+    loaded: EmbeddingRuntime, catalog: ToolCatalog, reader: InMemoryMetricReader, telemetry: Telemetry
 ) -> None:
-    assert ToolSearchEngine(catalog, ranking="lexical").search(PARAPHRASE) == []
-    engine = ToolSearchEngine(catalog, PATIENT)  # ranking auto (the default): hybrid with the extra installed
+    assert ToolSearchEngine(catalog, ranking="lexical", telemetry=telemetry).search(PARAPHRASE) == []
+    engine = ToolSearchEngine(catalog, PATIENT, embeddings=loaded, telemetry=telemetry)  # auto, the default
     assert engine.ranking_used == "hybrid"
     assert names(engine.search(PARAPHRASE))[:1] == ["playwright__browser_navigate"]
     assert searches(reader) == {("miss", "lexical", None): 1, ("hit", "hybrid", None): 1}
 
 
-def test_hybrid_ranks_by_meaning_where_lexical_ranks_by_shared_words(loaded: semantic._Shared, catalog: ToolCatalog) -> None:
+def test_hybrid_ranks_by_meaning_where_lexical_ranks_by_shared_words(
+    loaded: EmbeddingRuntime, catalog: ToolCatalog
+) -> None:
     query = "report a bug in the repository"
     assert names(ToolSearchEngine(catalog, ranking="lexical").search(query))[0] == "github__list_commits"
-    assert names(ToolSearchEngine(catalog, PATIENT, ranking="hybrid").search(query))[0] == "github__create_issue"
+    hybrid = ToolSearchEngine(catalog, PATIENT, ranking="hybrid", embeddings=loaded)
+    assert names(hybrid.search(query))[0] == "github__create_issue"
 
 
 def test_an_off_topic_query_stays_a_miss_and_hybrid_pads_nothing(
-    loaded: semantic._Shared, catalog: ToolCatalog, reader: InMemoryMetricReader
+    loaded: EmbeddingRuntime, catalog: ToolCatalog, reader: InMemoryMetricReader, telemetry: Telemetry
 ) -> None:
-    engine = ToolSearchEngine(catalog, PATIENT, ranking="hybrid")
+    engine = ToolSearchEngine(catalog, PATIENT, ranking="hybrid", embeddings=loaded, telemetry=telemetry)
     assert engine.search(OFF_TOPIC) == []  # no shared word, every cosine below the floor
     hits = engine.search("read a file", k=8)
     assert names(hits) == ["files__read_file"]  # one lexical match: not topped up with seven unrelated tools
     assert searches(reader) == {("miss", "hybrid", None): 1, ("hit", "hybrid", None): 1}
-    permissive = ToolSearchEngine(catalog, PATIENT.model_copy(update={"semantic_floor": -1.0}), ranking="hybrid")
+    no_floor = PATIENT.model_copy(update={"semantic_floor": -1.0})
+    permissive = ToolSearchEngine(catalog, no_floor, ranking="hybrid", embeddings=loaded)
     assert len(permissive.search(OFF_TOPIC, k=8)) == len(catalog)  # what the floor prevents
 
 
-def test_exact_names_still_come_first_under_hybrid(loaded: semantic._Shared, catalog: ToolCatalog) -> None:
-    engine = ToolSearchEngine(catalog, PATIENT, ranking="hybrid")
+def test_exact_names_still_come_first_under_hybrid(loaded: EmbeddingRuntime, catalog: ToolCatalog) -> None:
+    engine = ToolSearchEngine(catalog, PATIENT, ranking="hybrid", embeddings=loaded)
     hits = engine.search("browser_navigate")
     assert names(hits) == ["playwright__browser_navigate", "playwright__browser_take_screenshot"]
     assert hits[0].score > hits[1].score
     assert names(engine.search("select:read_file,get_current_time")) == ["files__read_file", "time__get_current_time"]
 
 
-def test_lexical_ranking_never_loads_the_model(fresh: semantic._Shared, catalog: ToolCatalog) -> None:
-    assert create_blend(ToolSearchSettings(ranking="lexical")) is None
-    engine = ToolSearchEngine(catalog, ToolSearchSettings(ranking="lexical"))
-    assert engine.search("read a file") and engine.warm()
-    assert fresh.model is None
+def test_lexical_ranking_never_loads_the_model(tmp_path: Path, model: SemanticScorer, catalog: ToolCatalog) -> None:
+    load, calls = counting(lambda: model)
+    with EmbeddingRuntime(tmp_path, load_model=load) as runtime:
+        assert runtime.create_blend(ToolSearchSettings(ranking="lexical")) is None
+        engine = ToolSearchEngine(catalog, ToolSearchSettings(ranking="lexical"), embeddings=runtime)
+        assert engine.search("read a file") and engine.warm()
+        assert runtime.model is None and calls == []
 
 
-def test_every_engine_shares_one_loaded_model(loaded: semantic._Shared, catalog: ToolCatalog) -> None:
-    first, second = ToolSearchEngine(catalog), ToolSearchEngine(catalog.filtered(lambda e: e.server != "time"))
-    first.search(PARAPHRASE)
-    second.search(PARAPHRASE)
-    assert list(loaded.scorers.values()) == [shared_scorer()]
-    assert shared_scorer()._session is loaded.model._session  # type: ignore[union-attr]
+def test_every_engine_of_a_runtime_shares_one_model_load_and_one_vector_cache(
+    tmp_path: Path, model: SemanticScorer, catalog: ToolCatalog
+) -> None:
+    load, calls = counting(lambda: model)
+    with EmbeddingRuntime(tmp_path, load_model=load) as runtime:
+        first = ToolSearchEngine(catalog, PATIENT, embeddings=runtime)
+        second = ToolSearchEngine(catalog.filtered(lambda e: e.server != "time"), PATIENT, embeddings=runtime)
+        assert (
+            names(first.search(PARAPHRASE))[:1]
+            == names(second.search(PARAPHRASE))[:1]
+            == ["playwright__browser_navigate"]
+        )
+        assert calls == [1]
+        assert runtime.vectors() is runtime.vectors() and runtime.vectors().model is model
+        assert runtime.vectors().texts_embedded == len(catalog)  # the second catalog's tools were all cached
 
 
 # --------------------------------------------------------------------------- failing open
@@ -171,96 +212,114 @@ REFERENCE = {("hit", "lexical", None): 2, ("miss", "lexical", None): 1}
 
 def assert_lexical_answer(engine: ToolSearchEngine, catalog: ToolCatalog) -> None:
     """`engine` answers two hits and a miss exactly as lexical ranking does."""
-    lexical = ToolSearchEngine(catalog, ranking="lexical")
+    lexical = ToolSearchEngine(catalog, ranking="lexical", telemetry=engine.telemetry)
     for query in ("report a bug in the repository", PARAPHRASE, "read a file"):
         assert engine.search(query) == lexical.search(query)
 
 
 @pytest.mark.parametrize("ranking", ["auto", "hybrid"])
 def test_a_missing_extra_answers_lexically_logs_once_and_counts_the_reason(
-    fresh: semantic._Shared,
+    fresh: EmbeddingRuntime,
     catalog: ToolCatalog,
     reader: InMemoryMetricReader,
+    telemetry: Telemetry,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
     ranking: str,
 ) -> None:
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` now fails
-    with caplog.at_level(logging.INFO, logger=semantic.__name__):
-        engines = [ToolSearchEngine(catalog, ranking=ranking) for _ in range(3)]
+    with caplog.at_level(logging.INFO, logger=embedding.__name__):
+        engines = [ToolSearchEngine(catalog, ranking=ranking, embeddings=fresh, telemetry=telemetry) for _ in range(3)]
     assert all(engine.ranking_used == "lexical" for engine in engines)
     assert_lexical_answer(engines[0], catalog)
-    assert searches(reader) == {**REFERENCE, ("hit", "lexical", "missing_extra"): 2, ("miss", "lexical", "missing_extra"): 1}
-    [record] = caplog.records  # once per process, not once per engine or search
+    assert searches(reader) == {
+        **REFERENCE,
+        ("hit", "lexical", "missing_extra"): 2,
+        ("miss", "lexical", "missing_extra"): 1,
+    }
+    [record] = caplog.records  # once per runtime, not once per engine or search
     assert "orchestrator[semantic]" in record.getMessage()
     assert record.levelno == (logging.WARNING if ranking == "hybrid" else logging.INFO)
 
 
-def test_the_environment_switch_turns_hybrid_off(
-    loaded: semantic._Shared, catalog: ToolCatalog, reader: InMemoryMetricReader, monkeypatch: pytest.MonkeyPatch
+def test_embedding_switched_off_in_settings_answers_lexically(
+    tmp_path: Path, catalog: ToolCatalog, reader: InMemoryMetricReader, telemetry: Telemetry
 ) -> None:
-    monkeypatch.setenv(SEMANTIC_ENV, "off")
-    engine = ToolSearchEngine(catalog, ranking="hybrid")
-    assert engine.ranking_used == "lexical"
-    assert engine.search(PARAPHRASE) == []
+    settings = Settings(mcp={"cache_dir": tmp_path / "cache", "embedding": {"enabled": False}})
+    with EmbeddingRuntime.from_settings(settings) as runtime:
+        engine = ToolSearchEngine(catalog, ranking="hybrid", embeddings=runtime, telemetry=telemetry)
+        assert engine.ranking_used == "lexical"
+        assert engine.search(PARAPHRASE) == []
     assert searches(reader) == {("miss", "lexical", "disabled"): 1}
+    assert not (tmp_path / "cache").exists()
 
 
 @pytest.mark.parametrize("kind", ["hash_mismatch", "load_failed"])
 def test_a_corrupt_model_file_answers_lexically_and_counts_the_reason(
-    fresh: semantic._Shared,
     catalog: ToolCatalog,
     reader: InMemoryMetricReader,
-    monkeypatch: pytest.MonkeyPatch,
+    telemetry: Telemetry,
     caplog: pytest.LogCaptureFixture,
     tmp_path: Path,
     kind: str,
 ) -> None:
     broken = tmp_path / "model.onnx"
     broken.write_bytes(b"\x08\x07 not an onnx graph" * 64)
-    monkeypatch.setattr(semantic, "_installed_model_path", lambda: broken)
-    if kind == "load_failed":  # a file with the pinned hash that onnxruntime still cannot read
-        monkeypatch.setattr(semantic, "MODEL_SHA256", hashlib.sha256(broken.read_bytes()).hexdigest())
-    engine = ToolSearchEngine(catalog, ranking="hybrid")
-    with caplog.at_level(logging.INFO, logger=semantic.__name__):
-        assert_lexical_answer(engine, catalog)
-    assert engine.ranking_used == "lexical"
-    assert searches(reader) == {**REFERENCE, ("hit", "lexical", kind): 2, ("miss", "lexical", kind): 1}
-    assert [record.levelno for record in caplog.records] == [logging.WARNING]
-    assert str(broken) in caplog.records[0].getMessage()
-    later = ToolSearchEngine(catalog)  # the process remembers: no second load attempt
-    assert later.ranking_used == "lexical"
+    # A file with the pinned hash that onnxruntime still cannot read gives `load_failed`.
+    pinned = hashlib.sha256(broken.read_bytes()).hexdigest() if kind == "load_failed" else MODEL_SHA256
+    load, calls = counting(lambda: SemanticScorer.load(model_path=broken, model_sha256=pinned))
+    with EmbeddingRuntime(tmp_path / "embeddings", load_model=load) as runtime:
+        engine = ToolSearchEngine(catalog, ranking="hybrid", embeddings=runtime, telemetry=telemetry)
+        with caplog.at_level(logging.INFO, logger=embedding.__name__):
+            assert_lexical_answer(engine, catalog)
+        assert engine.ranking_used == "lexical"
+        assert searches(reader) == {**REFERENCE, ("hit", "lexical", kind): 2, ("miss", "lexical", kind): 1}
+        assert [record.levelno for record in caplog.records] == [logging.WARNING]
+        assert str(broken) in caplog.records[0].getMessage()
+        later = ToolSearchEngine(catalog, embeddings=runtime)  # the runtime remembers: no second load attempt
+        assert later.ranking_used == "lexical"
+        assert runtime.error is not None and runtime.error.kind == kind and calls == [1]
 
 
 def test_a_slow_query_embedding_answers_lexically_and_counts_the_reason(
-    loaded: semantic._Shared, catalog: ToolCatalog, reader: InMemoryMetricReader
+    loaded: EmbeddingRuntime, catalog: ToolCatalog, reader: InMemoryMetricReader, telemetry: Telemetry
 ) -> None:
-    engine = ToolSearchEngine(catalog, ToolSearchSettings(embedding_timeout_ms=0.001), ranking="hybrid")
+    settings = ToolSearchSettings(embedding_timeout_ms=0.001)
+    engine = ToolSearchEngine(catalog, settings, ranking="hybrid", embeddings=loaded, telemetry=telemetry)
     assert engine.warm(timeout=60)  # the catalog's vectors are ready; only the query is too slow
     assert_lexical_answer(engine, catalog)
     assert searches(reader) == {**REFERENCE, ("hit", "lexical", "slow_query"): 2, ("miss", "lexical", "slow_query"): 1}
     assert engine.ranking_used == "hybrid"  # the next fast query blends again
 
 
-def test_a_large_uncached_catalog_warms_in_the_background_while_searches_answer_lexically(
-    loaded: semantic._Shared, reader: InMemoryMetricReader
-) -> None:
-    count = semantic.SYNC_EMBED_TEXTS + 8
-    big = ToolCatalog.from_lists(
+def big_catalog() -> ToolCatalog:
+    """More uncached tools than a search may embed inside itself: they go to the background."""
+    count = blend_module.SYNC_EMBED_TEXTS + 8
+    return ToolCatalog.from_lists(
         {**TOOLS, "bulk": [tool(f"task_{i}", f"Step {i} of a long batch job") for i in range(count)]}
     )
-    engine = ToolSearchEngine(big, PATIENT, ranking="hybrid")  # over SYNC_EMBED_TEXTS: background either way
+
+
+def test_a_large_uncached_catalog_warms_in_the_background_while_searches_answer_lexically(
+    loaded: EmbeddingRuntime, model: SemanticScorer, reader: InMemoryMetricReader, telemetry: Telemetry
+) -> None:
+    big = big_catalog()
+    before = model.texts_embedded
+    engine = ToolSearchEngine(big, PATIENT, ranking="hybrid", embeddings=loaded, telemetry=telemetry)
     assert engine.search(PARAPHRASE) == []  # lexical while the tools are embedded
     assert engine.warm(timeout=120)
     assert names(engine.search(PARAPHRASE))[:1] == ["playwright__browser_navigate"]
     assert searches(reader) == {("miss", "lexical", "warming"): 1, ("hit", "hybrid", None): 1}
-    assert shared_scorer().texts_embedded == len(big) + 1  # every tool once, and one query
+    assert loaded.vectors().texts_embedded == len(big)  # every tool once
+    assert model.texts_embedded - before == len(big) + 1  # and one query
 
 
-def test_a_few_uncached_tools_are_embedded_inside_the_first_search(loaded: semantic._Shared, catalog: ToolCatalog) -> None:
-    engine = ToolSearchEngine(catalog, PATIENT, ranking="hybrid")
+def test_a_few_uncached_tools_are_embedded_inside_the_first_search(
+    loaded: EmbeddingRuntime, catalog: ToolCatalog
+) -> None:
+    engine = ToolSearchEngine(catalog, PATIENT, ranking="hybrid", embeddings=loaded)
     assert names(engine.search(PARAPHRASE))[:1] == ["playwright__browser_navigate"]
-    assert not shared_scorer().warming
+    assert not loaded.vectors().warming
 
 
 class _Broken:
@@ -271,30 +330,113 @@ class _Broken:
         raise RuntimeError("a bug in a custom blend")
 
 
-def test_a_blend_that_raises_anything_still_answers_lexically(catalog: ToolCatalog, reader: InMemoryMetricReader) -> None:
-    engine = ToolSearchEngine(catalog, ranking="hybrid", blend=_Broken())
+def test_a_blend_that_raises_anything_still_answers_lexically(
+    catalog: ToolCatalog, reader: InMemoryMetricReader, telemetry: Telemetry
+) -> None:
+    engine = ToolSearchEngine(catalog, ranking="hybrid", blend=_Broken(), telemetry=telemetry)
     assert_lexical_answer(engine, catalog)
-    assert searches(reader) == {**REFERENCE, ("hit", "lexical", "blend_failed"): 2, ("miss", "lexical", "blend_failed"): 1}
+    assert searches(reader) == {
+        **REFERENCE,
+        ("hit", "lexical", "blend_failed"): 2,
+        ("miss", "lexical", "blend_failed"): 1,
+    }
 
 
-# --------------------------------------------------------------------------- the vector cache
+# --------------------------------------------------------------------------- the vector cache and lifecycle
 
 
 def test_the_cache_reembeds_only_changed_tools(
-    loaded: semantic._Shared, model: SemanticScorer, catalog: ToolCatalog, monkeypatch: pytest.MonkeyPatch
+    loaded: EmbeddingRuntime, model: SemanticScorer, catalog: ToolCatalog, tmp_path: Path
 ) -> None:
-    assert ToolSearchEngine(catalog).warm(timeout=60)
-    assert shared_scorer().texts_embedded == len(catalog)
-    assert shared_scorer().cache_path is not None and shared_scorer().cache_path.is_file()  # type: ignore[union-attr]
+    assert ToolSearchEngine(catalog, embeddings=loaded).warm(timeout=60)
+    assert loaded.vectors().texts_embedded == len(catalog)
+    assert loaded.vectors().cache_path == tmp_path / "embeddings" / CACHE_NAME
+    assert (tmp_path / "embeddings" / CACHE_NAME).is_file()
 
-    restarted = semantic._Shared()  # a new process: nothing in memory, the same cache folder
-    restarted.model = model
-    monkeypatch.setattr(semantic, "_shared", restarted)
     changed = {**TOOLS, "mongodb": [tool("count", "Count the documents matching a filter", "database", "collection")]}
-    engine = ToolSearchEngine(ToolCatalog.from_lists(changed), PATIENT)
-    assert engine.warm(timeout=60)
-    assert shared_scorer().texts_embedded == 1
-    assert names(engine.search("how many documents match"))[0] == "mongodb__count"
+    with EmbeddingRuntime(tmp_path / "embeddings", model=model) as restarted:  # a new process, the same folder
+        engine = ToolSearchEngine(ToolCatalog.from_lists(changed), PATIENT, embeddings=restarted)
+        assert engine.warm(timeout=60)
+        assert restarted.vectors().texts_embedded == 1
+        assert names(engine.search("how many documents match"))[0] == "mongodb__count"
+
+
+def test_closing_the_runtime_stops_background_embedding_and_saves_what_it_embedded(
+    tmp_path: Path, model: SemanticScorer, reader: InMemoryMetricReader, telemetry: Telemetry
+) -> None:
+    big = big_catalog()
+    folder = tmp_path / "embeddings"
+    runtime = EmbeddingRuntime(folder, model=model)
+    engine = ToolSearchEngine(big, PATIENT, ranking="hybrid", embeddings=runtime, telemetry=telemetry)
+    assert engine.warm(timeout=0) is False  # handed to the background thread, not waited for
+    vectors = runtime.vectors()
+    shortest = min((entry_text(entry) for entry in big), key=len)  # in the first background step
+    assert vectors.wait(vectors.keys([shortest]), timeout=60)
+    runtime.close()
+    assert not vectors.warming  # the thread ended with its current step
+    assert engine.search(PARAPHRASE) == []  # a closed runtime: lexical, counted as disabled
+    assert searches(reader) == {("miss", "lexical", "disabled"): 1}
+
+    with EmbeddingRuntime(folder, model=model) as restarted:
+        keys = restarted.vectors().keys(entry_text(entry) for entry in big)
+        _, missing = restarted.vectors().cached(keys)
+    assert len(missing) == len(big) - vectors.texts_embedded  # all it embedded was saved
+    assert vectors.texts_embedded > 0
+
+
+def test_an_engine_without_a_runtime_builds_one_on_the_user_cache_and_closes_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, catalog: ToolCatalog
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    engine = ToolSearchEngine(catalog, PATIENT)  # auto ranking, no runtime given: the engine owns one
+    assert names(engine.search(PARAPHRASE))[:1] == ["playwright__browser_navigate"]
+    engine.close()
+    engine.close()
+    assert (tmp_path / "xdg" / "orchestrator" / "embeddings" / CACHE_NAME).is_file()  # on disk, not memory only
+    assert engine.search(PARAPHRASE) == []  # its closed runtime: lexical from now on
+
+
+def test_vectors_go_under_the_cache_root_and_nothing_is_written_anywhere_else(tmp_path: Path) -> None:
+    """A fresh process (onnxruntime imported for the first time, by the runtime) with `mcp.cache_dir`
+    set: a hybrid search leaves `<cache_dir>/embeddings/vectors.npz` and nothing else, not in the user
+    cache dir (onnxruntime's telemetry included), the home folder, the working folder or the temp dir."""
+    places = {name: tmp_path / name for name in ("xdg", "home", "cwd", "tmp")}
+    for place in places.values():
+        place.mkdir()
+    script = textwrap.dedent(
+        """
+        import json, sys
+        from orchestrator import EmbeddingRuntime, Settings, ToolCatalog, ToolSearchEngine
+
+        settings = Settings(mcp={"cache_dir": sys.argv[1], "tool_search": {"embedding_timeout_ms": 10000}})
+        catalog = ToolCatalog.from_lists(json.loads(sys.argv[2]))
+        with EmbeddingRuntime.from_settings(settings) as embeddings:
+            engine = ToolSearchEngine(catalog, settings.mcp.tool_search, embeddings=embeddings)
+            hits = engine.search(sys.argv[3])
+            print(json.dumps({"ranking": engine.ranking_used, "hits": [hit.name for hit in hits]}))
+        """
+    )
+    env = {
+        **os.environ,
+        "XDG_CACHE_HOME": str(places["xdg"]),
+        "HOME": str(places["home"]),
+        "TMPDIR": str(places["tmp"]),
+    }
+    env.pop("ORT_DISABLE_TELEMETRY", None)  # the runtime must switch it off itself
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "cache"), json.dumps(TOOLS), PARAPHRASE],
+        cwd=places["cwd"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer["ranking"] == "hybrid" and answer["hits"][:1] == ["playwright__browser_navigate"]
+    written = sorted(path.relative_to(tmp_path).as_posix() for path in tmp_path.rglob("*") if not path.is_dir())
+    assert written == [f"cache/embeddings/{CACHE_NAME}"]
 
 
 # --------------------------------------------------------------------------- the gateway
@@ -311,7 +453,7 @@ def anyio_backend() -> str:
 
 @pytest.mark.anyio
 async def test_the_gateway_embeds_its_catalog_when_it_starts_so_the_first_search_is_hybrid(
-    loaded: semantic._Shared, reader: InMemoryMetricReader, tmp_path: Path
+    loaded: EmbeddingRuntime, model: SemanticScorer, reader: InMemoryMetricReader, telemetry: Telemetry, tmp_path: Path
 ) -> None:
     """No search yet: starting to serve hands the tools to the background embedding; the first search of
     the first spawn is then ranked by meaning, with nothing left to embed but its query."""
@@ -323,32 +465,36 @@ async def test_the_gateway_embeds_its_catalog_when_it_starts_so_the_first_search
         }
     )
     async with MCPManager(settings) as manager:
-        gateway = Gateway(settings, manager)
+        gateway = Gateway(settings, manager, embeddings=loaded, telemetry=telemetry)
         async with gateway.running("127.0.0.1", 0):
-            scorer = shared_scorer()
-            keys = scorer.keys(semantic.entry_text(entry) for entry in gateway.catalog())
+            vectors = loaded.vectors()
+            keys = vectors.keys(entry_text(entry) for entry in gateway.catalog())
             assert len(keys) == 2
             with anyio.fail_after(30):
-                while scorer.cached(keys)[0] is None:
+                # The gateway starts warming in its own task, and the cache has no async notification.
+                while vectors.cached(keys)[0] is None:  # noqa: ASYNC110
                     await anyio.sleep(0.05)
             assert searches(reader) == {}  # embedded before anybody searched
-            embedded = scorer.texts_embedded
+            embedded = model.texts_embedded
             handle = gateway.open_spawn("what time is it", "default")
             assert handle.plan.mode == "search"
             hits = gateway._view("default").engine.search("what time is it in Tokyo")
             assert names(hits)[0] in {"time__get_current_time", "time__convert_time"}
             assert searches(reader) == {("hit", "hybrid", None): 1}
-            assert scorer.texts_embedded == embedded + 1  # the query only
+            assert model.texts_embedded == embedded + 1  # the query only
         gateway.close()
 
 
 @pytest.mark.anyio
-async def test_a_full_mode_gateway_embeds_nothing(loaded: semantic._Shared, tmp_path: Path) -> None:
+async def test_a_full_mode_gateway_embeds_nothing(
+    loaded: EmbeddingRuntime, model: SemanticScorer, tmp_path: Path
+) -> None:
     settings = Settings(mcp={"servers": {"time": TIME_SERVER}, "cache_dir": tmp_path / "cache"})  # 2 tools: full
+    before = model.texts_embedded
     async with MCPManager(settings) as manager:
-        gateway = Gateway(settings, manager)
+        gateway = Gateway(settings, manager, embeddings=loaded)
         assert gateway.warm_search() == 0
         async with gateway.running("127.0.0.1", 0):
             pass
         gateway.close()
-    assert shared_scorer().texts_embedded == 0 and not shared_scorer().warming
+    assert model.texts_embedded == before and not loaded.vectors().warming

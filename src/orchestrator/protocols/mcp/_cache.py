@@ -26,7 +26,7 @@ import platformdirs
 
 from ..._config import ServerConfig
 
-__all__ = ["CACHE_FORMAT", "CachedToolList", "ToolListCache", "atomic_write_text", "config_key", "default_cache_dir"]
+__all__ = ["CACHE_FORMAT", "CachedToolList", "ToolListCache", "atomic_write", "config_key", "default_cache_dir"]
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class ToolListCache:
         }
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self._path(name, key)
-        atomic_write_text(path, json.dumps(payload, ensure_ascii=False, separators=(",", ":")))
+        atomic_write(path, json.dumps(payload, ensure_ascii=False, separators=(",", ":")))
         self._prune(name, keep=path)
         return entry
 
@@ -155,13 +155,21 @@ def _slug(name: str) -> str:
     return _SLUG_UNSAFE.sub("_", name)[:_SLUG_MAX] or "_"
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder and a rename: readers see the
-    old file or the new one, never half of it."""
+def atomic_write(path: Path, data: bytes | str) -> None:
+    """Write `data` (bytes, or text as UTF-8) to `path` through a temporary file in the same folder, an
+    fsync and a rename: readers see the old file or the new one, never half of it, even after a crash.
+
+    The one atomic write of every cache (tool lists, task histories, tool vectors). The temporary file
+    (`.<name>.<random>.tmp`) is removed when anything fails.
+
+    Raises:
+        OSError: the folder or file cannot be written.
+    """
+    payload = data.encode("utf-8") if isinstance(data, str) else data
     fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temp_name, path)

@@ -107,8 +107,9 @@ class ToolSearchEngine:
         blend: an explicit `ScoreBlend` (tests, custom scorers); otherwise found for hybrid/auto.
         embeddings: the embedding runtime hybrid ranking uses (build one per process with
             `EmbeddingRuntime.from_settings(settings)` and share it: the model loads once). Default, for
-            hybrid and auto ranking: the engine builds its own from `Settings()` (environment overrides
-            apply; vectors in `<user cache dir>/orchestrator/embeddings`) and owns it: call `close()`.
+            hybrid and auto ranking: the engine builds its own from `Settings()` (bernstein.yaml and
+            `BERNSTEIN_...` overrides apply; vectors by default in `<user cache dir>/orchestrator/embeddings`,
+            never memory only) and owns it: call `close()` when done.
         telemetry: where searches and expands are counted (default: OpenTelemetry's global providers).
     """
 

@@ -1,0 +1,160 @@
+"""`HybridBlend`: the search engine's ScoreBlend, normalised BM25 blended with model cosines, failing open."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ...._errors import SemanticUnavailable
+from .rules import admitted, blend, entry_text
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+    from ...._config import ToolSearchSettings
+    from .._catalog import ToolCatalog
+    from . import EmbeddingRuntime
+    from .vectors import ToolVectors
+
+__all__ = ["EMBED_MS_PER_TOKEN", "SYNC_EMBED_TEXTS", "HybridBlend"]
+
+SYNC_EMBED_TEXTS = 32
+"""At most this many uncached tool texts may be embedded inside a search (then also the token budget
+below must hold); more go to the background and searches answer lexically (`warming`) until done."""
+EMBED_MS_PER_TOKEN = 0.5
+"""CPU per token of one model run on one core here (35,754 tokens of the 590 real tools took ~19 s):
+uncached texts are embedded inside a search only when tokens x this fits `embedding_timeout_ms`."""
+
+
+class _CatalogVectors:
+    """One catalog version's tool texts and, once every one is embedded, their vectors."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+        self.keys: list[bytes] | None = None
+        self.matrix: NDArray[np.float32] | None = None
+        self.requested = False
+        """Uncached texts were handed to the background thread."""
+        self.checked = -1
+        """Cache generation at the last look: no new vectors since means still warming, at no cost."""
+        self.lock = threading.Lock()
+
+
+class HybridBlend:
+    """The engine's ScoreBlend: normalised BM25 blended with all-MiniLM-L6-v2 cosines, failing open.
+
+    Build it with `EmbeddingRuntime.create_blend(settings)`. `blend` raises `SemanticUnavailable` (logged
+    once per runtime per kind) whenever it cannot rank: the engine answers with the lexical ranking and
+    counts the kind. A catalog's tool texts (`entry_text`) are embedded on first use: inside the search
+    when at most SYNC_EMBED_TEXTS are uncached and their estimated time fits `embedding_timeout_ms`,
+    otherwise in the runtime's background thread while searches answer lexically (kind `warming`). The
+    vector cache makes that happen once per tool text.
+    """
+
+    def __init__(self, runtime: EmbeddingRuntime, settings: ToolSearchSettings, *, requested: str = "auto") -> None:
+        self.runtime = runtime
+        self.weight = settings.hybrid_weight
+        self.floor = settings.semantic_floor
+        self.timeout_ms = settings.embedding_timeout_ms
+        self.requested = requested
+        self._catalog: _CatalogVectors | None = None
+
+    @property
+    def available(self) -> bool:
+        """False once the runtime knows the model cannot load (the engine then reports lexical)."""
+        return self.runtime.error is None
+
+    def prepare(self, catalog: ToolCatalog) -> None:
+        """A new catalog version: its texts now, its vectors on the first search (nothing is loaded here)."""
+        self._catalog = _CatalogVectors([entry_text(entry) for entry in catalog.entries])
+
+    def blend(self, query: str, lexical: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Blended scores for every document and the ids that may be returned (`admitted`).
+
+        Raises:
+            SemanticUnavailable: the model cannot load, the catalog is still being embedded (`warming`),
+                or the query embedding failed or exceeded `embedding_timeout_ms` (`slow_query`).
+        """
+        try:
+            vectors = self.runtime.vectors()
+            matrix = self._matrix(vectors, lexical.shape[0])
+            query_vectors = vectors.model.embed_query(query, timeout_ms=self.timeout_ms)
+        except SemanticUnavailable as exc:
+            self.runtime.note(exc, self.requested)
+            raise
+        cosines = vectors.model.similarities(query_vectors, matrix)
+        scores = blend(lexical, cosines, self.weight).astype(np.float64)
+        matched = np.zeros(lexical.shape[0], dtype=bool)
+        matched[candidates] = True
+        return scores, np.flatnonzero(admitted(matched, cosines, self.floor))
+
+    def wait_until_ready(self, timeout: float | None = None) -> bool:
+        """Embed the prepared catalog's uncached texts now (in the background thread) and wait for them.
+
+        Returns True when searches will rank with hybrid scores; False on timeout or when the model
+        cannot load (for benchmarks, `eval`, and warming a gateway before it serves).
+        """
+        state = self._catalog
+        if state is None:
+            return True
+        try:
+            vectors = self.runtime.vectors()
+            with state.lock:
+                keys = self._keys(vectors, state)
+                _, missing = vectors.cached(keys)
+                if missing:
+                    vectors.warm({keys[i]: state.texts[i] for i in missing})
+                    state.requested = True
+            return vectors.wait(keys, timeout)
+        except SemanticUnavailable as exc:
+            self.runtime.note(exc, self.requested)
+            return False
+
+    @staticmethod
+    def _keys(vectors: ToolVectors, state: _CatalogVectors) -> list[bytes]:
+        if state.keys is None:
+            state.keys = vectors.keys(state.texts)
+        return state.keys
+
+    def _matrix(self, vectors: ToolVectors, size: int) -> NDArray[np.float32]:
+        state = self._catalog
+        if state is None:
+            raise SemanticUnavailable("warming", "no catalog was prepared")
+        matrix = state.matrix
+        if matrix is None:
+            with state.lock:
+                if state.matrix is None:
+                    self._fill(vectors, state)
+                matrix = state.matrix
+        assert matrix is not None
+        if matrix.shape[0] != size:  # a search still on the previous catalog version while it changed
+            raise SemanticUnavailable("warming", "the catalog changed during this search")
+        return matrix
+
+    def _fill(self, vectors: ToolVectors, state: _CatalogVectors) -> None:
+        """Set `state.matrix`, embedding a few texts right here, or raise `warming`. Hold `state.lock`."""
+        if state.requested and state.checked == vectors.generation and vectors.warming:
+            raise SemanticUnavailable("warming", f"embedding {len(state.texts)} tool texts in the background")
+        keys = self._keys(vectors, state)
+        state.checked = vectors.generation
+        matrix, missing = vectors.cached(keys)
+        if matrix is not None:
+            state.matrix = matrix
+            return
+        if state.requested and vectors.warm_error is not None:
+            raise vectors.warm_error
+        texts = {keys[i]: state.texts[i] for i in missing}
+        if len(texts) <= SYNC_EMBED_TEXTS:
+            estimate_ms = vectors.model.count_tokens(texts.values()) * EMBED_MS_PER_TOKEN
+            if estimate_ms <= self.timeout_ms:
+                state.matrix = vectors.embed_keys(keys, state.texts)
+                return
+        vectors.warm(texts)
+        state.requested = True
+        raise SemanticUnavailable(
+            "warming",
+            f"embedding {len(texts)} of {len(keys)} tool texts in the background "
+            f"(cached in {vectors.cache_path or 'memory'}); lexical ranking until they are ready",
+        )

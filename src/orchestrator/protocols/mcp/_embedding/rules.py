@@ -1,0 +1,110 @@
+"""The ranking rules of hybrid search, as pure functions: no model, no files, no state.
+
+tool_text / entry_text   what a tool is embedded as
+query_sentences          a request is embedded sentence by sentence; a tool scores its best sentence
+blend                    lexical score and cosine, each normalised by the query's best
+admitted                 the floor that keeps hybrid from padding results with unrelated tools
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .._ranking import split_words
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+    from .._catalog import ToolEntry
+
+__all__ = [
+    "DESCRIPTION_WORDS",
+    "MAX_QUERY_SENTENCES",
+    "admitted",
+    "blend",
+    "entry_text",
+    "query_sentences",
+    "tool_text",
+]
+
+DESCRIPTION_WORDS = 80
+"""Tool descriptions are cut here before embedding, so the label after them (server, name, parameters)
+still fits in the model's 128-token window: putting the description first and keeping the label raised
+the model-alone hit@5 by 0.01-0.04 on the development sets (docs/tool-search.md)."""
+MAX_QUERY_SENTENCES = 16
+"""Sentences of one request embedded separately (a request is at most 1,000 characters)."""
+
+_SENTENCE_BREAK = re.compile(r"(?<=[.?!])\s+|\n+")
+
+
+def tool_text(server: str, name: str, description: str | None, parameters: Iterable[str] = ()) -> str:
+    """The text embedded for one tool: its description, then server, split name and parameter names.
+
+    The description leads and is cut at DESCRIPTION_WORDS words, so the label in parentheses survives the
+    model's token cut even after a long description. Names are split the way the lexical analyzer splits
+    them (`split_words`). Example: `("github", "create_issue", "Create an issue", ["owner", "repo"])`
+    gives `"Create an issue (github create issue, with owner, repo)"`.
+    """
+    words = " ".join(split_words(name)) or name
+    label = f"{server} {words}"
+    params = ", ".join(" ".join(split_words(p)) or p for p in parameters)
+    if params:
+        label = f"{label}, with {params}"
+    text = " ".join((description or "").split()[:DESCRIPTION_WORDS])
+    return f"{text} ({label})" if text else label
+
+
+def entry_text(entry: ToolEntry) -> str:
+    """`tool_text` of a catalog entry: its first server, tool name, description and top-level parameters."""
+    properties = entry.input_schema.get("properties") if isinstance(entry.input_schema, dict) else None
+    names = [str(name) for name in properties] if isinstance(properties, dict) else []
+    return tool_text(entry.server, entry.tool, entry.description, names)
+
+
+def query_sentences(query: str) -> list[str]:
+    """The sentences of a request (split after `.`, `?` or `!` and at line breaks), each embedded alone.
+
+    A request often asks for several things ("Delete my 7 am alarm. My username is foo and my password is
+    bar."); one vector of the whole leans to the main intent, while each tool is best matched by the
+    sentence about it. One-word fragments ("Yes.") are dropped unless nothing else is left, and at most
+    MAX_QUERY_SENTENCES are kept (the rest joins the last).
+    """
+    parts = [part.strip() for part in _SENTENCE_BREAK.split(query) if part and part.strip()]
+    kept = [part for part in parts if len(part.split()) > 1] or [" ".join(query.split())]
+    if len(kept) > MAX_QUERY_SENTENCES:
+        kept = [*kept[: MAX_QUERY_SENTENCES - 1], " ".join(kept[MAX_QUERY_SENTENCES - 1 :])]
+    return kept
+
+
+def blend(lexical: NDArray[Any], cosines: NDArray[Any], weight: float) -> NDArray[np.float32]:
+    """Hybrid scores: `(1 - weight) * lexical / max(lexical) + weight * cosine / max(cosine)`.
+
+    Each signal is normalised by the query's best, so a weight means the same for every query and both
+    parts reach 1 at their own best tool; with no lexical match at all the lexical part is 0. Negative
+    scores count as 0: negative cosines (unrelated text), and BM25Okapi's negative scores for words in most
+    of a small catalog's tools.
+    """
+    lex = np.maximum(np.asarray(lexical, dtype=np.float32), 0.0)
+    cos = np.clip(np.asarray(cosines, dtype=np.float32), 0.0, 1.0)
+    return ((1.0 - weight) * _by_max(lex) + weight * _by_max(cos)).astype(np.float32)
+
+
+def _by_max(values: NDArray[np.float32]) -> NDArray[np.float32]:
+    top = float(values.max()) if values.size else 0.0
+    return values / top if top > 0 else np.zeros_like(values)
+
+
+def admitted(lexical: NDArray[Any], cosines: NDArray[Any], floor: float) -> NDArray[np.bool_]:
+    """Tools that may appear in hybrid results: any lexical match, or a cosine at least `floor`.
+
+    `lexical` is a score per tool (positive: matched) or a boolean mask of the tools that share a word
+    with the query (what the engine passes: a match can score <= 0 in BM25Okapi).
+
+    So a query that shares no word with any tool and reaches the floor nowhere is still a miss, and a
+    query with few lexical matches is not padded with unrelated tools.
+    """
+    return (np.asarray(lexical) > 0) | (np.asarray(cosines) >= floor)
