@@ -126,10 +126,10 @@ def test_metrics_fails_with_one_line_when_nothing_listens() -> None:
 
 
 class _NotFound(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         self.send_error(404, "Not Found")
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's name)
+    def log_message(self, format: str, *args: object) -> None:
         pass  # keep the test output clean
 
 
@@ -188,10 +188,7 @@ def test_an_endpoint_without_events_shows_zeros_and_no_miss_rate() -> None:
 
 
 def test_summarize_counts_absent_series_as_zero() -> None:
-    text = (
-        "# TYPE mcp_tool_search_invocations_total counter\n"
-        'mcp_tool_search_invocations_total{outcome="miss"} 4.0\n'
-    )
+    text = '# TYPE mcp_tool_search_invocations_total counter\nmcp_tool_search_invocations_total{outcome="miss"} 4.0\n'
     summary = summarize(text)
     assert (summary.search.searches, summary.search.hits, summary.search.misses) == (4, 0, 4)
     assert summary.search.miss_rate == 1.0

@@ -1,25 +1,32 @@
-"""What every command shares: loading settings once, tables, JSON, progress and exit codes.
+"""What every command shares: loading settings once, tables, JSON, plain lines, progress and exit codes.
 
 Output for people is an aligned table (rich, no box); `--json` and output to a pipe stay plain.
 Exit codes: 0 success, 1 the job ran and something failed (a server down, a miss in eval...),
 2 bad input (config, arguments), as click does for usage errors.
+
+Start-up: this module, like every command module, imports only typer and the standard library. rich
+(20-45 ms of CPU with a table) is imported when something is first printed through `console` or
+`err_console`, or a table goes to a terminal; the settings (pydantic-settings, about 0.1 s) when a
+command first reads them. Plain lines (`echo`) and tables to a pipe need neither.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
+import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from .._config import LoadedConfig
 
 __all__ = [
@@ -28,6 +35,7 @@ __all__ = [
     "EXIT_USAGE",
     "CLIState",
     "console",
+    "echo",
     "err_console",
     "loaded_config",
     "print_json",
@@ -39,8 +47,39 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
-console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 10_000)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+PIPE_WIDTH = 10_000
+"""Line width on stdout when it is not a terminal: tables and long lines are never wrapped for a pipe."""
+
+
+class _LazyConsole:
+    """A rich `Console` that is built (and rich imported) on first use, then stands in for it."""
+
+    def __init__(self, *, stderr: bool) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._built(), name)
+
+    def _built(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            if self._stderr:
+                self._console = Console(stderr=True, highlight=False, soft_wrap=True)
+            else:
+                width = None if sys.stdout.isatty() else PIPE_WIDTH
+                self._console = Console(highlight=False, soft_wrap=True, width=width)
+        return self._console
+
+
+console = cast("Console", _LazyConsole(stderr=False))
+err_console = cast("Console", _LazyConsole(stderr=True))
+
+
+def echo(message: str = "", *, err: bool = False) -> None:
+    """One plain line for people (no markup, no rich): what commands that print a line or two use."""
+    typer.echo(message, err=err)
 
 
 @dataclass
@@ -73,12 +112,53 @@ def print_json(payload: Any) -> None:
     sys.stdout.flush()
 
 
-def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None) -> None:
-    """An aligned table for people; plain columns (no colour, no box) when piped."""
-    table = Table(*columns, box=None, title=title, title_justify="left", header_style="bold", pad_edge=False)
-    for row in rows:
-        table.add_row(*("" if cell is None else str(cell) for cell in row))
+def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """An aligned table for people: rich on a terminal (bold header, cells wrapped to fit the width),
+    the same columns as plain text when piped, without importing rich (about 30 ms of CPU).
+
+    Cells are data (tool descriptions, config values), never rich markup.
+    """
+    header = [str(column) for column in columns]
+    body = [["" if cell is None else str(cell) for cell in row] for row in rows]
+    if not _stdout_styled():
+        sys.stdout.write(plain_table(header, body))
+        sys.stdout.flush()
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(*header, box=None, header_style="bold", pad_edge=False)
+    for row in body:
+        table.add_row(*(Text(cell) for cell in row))
     console.print(table)
+
+
+def plain_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """The text rich prints for `print_table`'s table on an unstyled, unbounded console: every column
+    as wide as its widest line, two spaces apart, a multi-line cell continuing on the lines below."""
+    grid = [[cell.split("\n") for cell in row] for row in [header, *rows]]
+    widths = [max((_cell_width(line) for row in grid for line in row[i]), default=0) for i in range(len(header))]
+    lines = []
+    for row in grid:
+        for depth in range(max((len(cell) for cell in row), default=1)):
+            parts = [cell[depth] if depth < len(cell) else "" for cell in row]
+            lines.append(
+                "  ".join(part + " " * (width - _cell_width(part)) for part, width in zip(parts, widths, strict=True))
+            )
+    return "".join(line + "\n" for line in lines)
+
+
+def _cell_width(text: str) -> int:
+    """Terminal cells `text` takes: East Asian wide characters take two, combining marks none."""
+    return sum(
+        0 if unicodedata.combining(char) else 2 if unicodedata.east_asian_width(char) in "WF" else 1 for char in text
+    )
+
+
+def _stdout_styled() -> bool:
+    """Whether rich would style stdout: a terminal, or colour forced as rich's FORCE_COLOR and TTY_COMPATIBLE do."""
+    forced = bool(os.environ.get("FORCE_COLOR")) or os.environ.get("TTY_COMPATIBLE") == "1"
+    return forced or sys.stdout.isatty()
 
 
 @contextlib.contextmanager

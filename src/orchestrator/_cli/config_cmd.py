@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import console, loaded_config, print_json, print_table
+from ._common import echo, loaded_config, print_json, print_table
 
 __all__ = ["register"]
 
@@ -20,7 +20,7 @@ def check(ctx: typer.Context) -> None:
     servers = loaded.settings.mcp.servers
     enabled = sum(1 for server in servers.values() if server.enabled)
     where = loaded.path if loaded.path is not None else "defaults"
-    console.print(f"ok: {where} ({loaded.path_reason}): {len(servers)} servers, {enabled} enabled")
+    echo(f"ok: {where} ({loaded.path_reason}): {len(servers)} servers, {enabled} enabled")
 
 
 @config_app.command("show")
@@ -43,7 +43,7 @@ def show(
         )
         return
     where = loaded.path if loaded.path is not None else "none"
-    console.print(f"config file: {where} ({loaded.path_reason})")
+    echo(f"config file: {where} ({loaded.path_reason})")
     print_table(["key", "value", "source"], [(key, _render(value), source) for key, value, source in rows])
 
 

@@ -70,10 +70,24 @@ async def _run(settings: Settings, query: str) -> int:
             print_table(
                 ["plan", "mode", "tokens sent", "full catalog", "saved", "directory", "fingerprint"],
                 [
-                    (f"threshold {threshold}", configured.mode, configured.prompt_tokens, configured.full_tokens,
-                     configured.tokens_saved, configured.directory_level, configured.fingerprint[:12]),
-                    ("threshold 0 (forced search)", forced.mode, forced.prompt_tokens, forced.full_tokens,
-                     forced.tokens_saved, forced.directory_level, forced.fingerprint[:12]),
+                    (
+                        f"threshold {threshold}",
+                        configured.mode,
+                        configured.prompt_tokens,
+                        configured.full_tokens,
+                        configured.tokens_saved,
+                        configured.directory_level,
+                        configured.fingerprint[:12],
+                    ),
+                    (
+                        "threshold 0 (forced search)",
+                        forced.mode,
+                        forced.prompt_tokens,
+                        forced.full_tokens,
+                        forced.tokens_saved,
+                        forced.directory_level,
+                        forced.fingerprint[:12],
+                    ),
                 ],
             )
             console.print(f"decision: {configured.reason}")
@@ -87,8 +101,10 @@ async def _run(settings: Settings, query: str) -> int:
             _heading(4, f"tool_search({query!r})")
             found = meta.tool_search(query).structured_content or {}
             hits = found.get("hits", [])
-            print_table(["#", "name", "score", "summary"],
-                        [(i + 1, h["name"], f"{h['score']:.2f}", h["summary"]) for i, h in enumerate(hits)])
+            print_table(
+                ["#", "name", "score", "summary"],
+                [(i + 1, h["name"], f"{h['score']:.2f}", h["summary"]) for i, h in enumerate(hits)],
+            )
             console.print(f"outcome: {found.get('outcome')} ({engine.ranking_used} ranking)")
             if not hits:
                 return EXIT_FAILED
@@ -114,6 +130,7 @@ async def _run(settings: Settings, query: str) -> int:
 
         _heading(7, "metrics, scraped from the Prometheus endpoint the demo served")
         url = telemetry.prometheus_url
+        assert url is not None, "a prometheus exporter serves its endpoint or setup raised"
         print_summary(summarize(await scrape(url), url))
     return EXIT_FAILED if failures else 0
 

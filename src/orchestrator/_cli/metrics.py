@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import os
-import socket
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Annotated
@@ -162,7 +161,9 @@ def summarize(text: str, url: str = "") -> MetricsSummary:
         avg_latency_s=_ratio(total(f"{names.search_seconds}_sum"), total(f"{names.search_seconds}_count")),
     )
 
-    spawn_keys = sorted({(labels.get("mode", ""), labels.get("agent", "")) for labels, _ in values.get(names.spawns, [])})
+    spawn_keys = sorted(
+        {(labels.get("mode", ""), labels.get("agent", "")) for labels, _ in values.get(names.spawns, [])}
+    )
     spawns = [
         SpawnRow(
             mode=mode,
@@ -174,7 +175,9 @@ def summarize(text: str, url: str = "") -> MetricsSummary:
         for mode, agent in spawn_keys
     ]
 
-    call_keys = sorted({(labels.get("server", ""), labels.get("result", "")) for labels, _ in values.get(names.calls, [])})
+    call_keys = sorted(
+        {(labels.get("server", ""), labels.get("result", "")) for labels, _ in values.get(names.calls, [])}
+    )
     calls = []
     for server, result in call_keys:
         error_type = "" if result == "ok" else result
@@ -192,7 +195,9 @@ def summarize(text: str, url: str = "") -> MetricsSummary:
 
     servers = sorted({labels.get("server", "") for labels, _ in values.get(names.catalog_tools, [])})
     catalog = [
-        CatalogRow(server, int(total(names.catalog_tools, server=server)), int(total(names.catalog_tokens, server=server)))
+        CatalogRow(
+            server, int(total(names.catalog_tools, server=server)), int(total(names.catalog_tokens, server=server))
+        )
         for server in servers
     ]
     search_spawns = sum(row.spawns for row in spawns if row.mode == "search")
@@ -223,7 +228,7 @@ def default_url(host: str, port: int) -> str:
     return f"{client_base_url(host, port)}/metrics"
 
 
-async def scrape(url: str, timeout: float = SCRAPE_TIMEOUT_S) -> str:
+async def scrape(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> str:
     """GET the exposition text at `url` (redirects followed, as a browser would).
 
     Raises:
@@ -240,12 +245,12 @@ async def scrape(url: str, timeout: float = SCRAPE_TIMEOUT_S) -> str:
         raise OrchestratorError(f"bad metrics URL {url!r}: port {port} is not between 1 and {_MAX_PORT}")
     # trust_env off: the endpoint is local, and a proxy from the environment would answer for it.
     try:
-        async with httpx2.AsyncClient(trust_env=False, timeout=timeout, follow_redirects=True) as client:
+        async with httpx2.AsyncClient(trust_env=False, timeout=timeout_s, follow_redirects=True) as client:
             response = await client.get(url)
     except httpx2.UnsupportedProtocol as exc:
         raise OrchestratorError(f"bad metrics URL {url!r}: {exc}") from None
     except httpx2.TimeoutException:
-        raise OrchestratorError(f"metrics endpoint {url} did not answer within {timeout:g} s") from None
+        raise OrchestratorError(f"metrics endpoint {url} did not answer within {timeout_s:g} s") from None
     except httpx2.ConnectError as exc:
         raise OrchestratorError(f"no metrics endpoint at {url} ({_os_reason(exc)}); {_SCRAPE_HINT}") from None
     except httpx2.HTTPError as exc:  # the peer broke off or does not speak HTTP
@@ -261,11 +266,13 @@ def _os_reason(exc: BaseException) -> str:
     httpx2 wraps the socket error a few levels down (and anyio's multi-address connect replaces its text
     with "All connection attempts failed"), so this walks the chain to the OSError that carries an errno.
     """
+    import socket
+
     cause: BaseException | None = exc
     while cause is not None:
         if isinstance(cause, socket.gaierror) and cause.strerror:
             return cause.strerror.lower()
-        if isinstance(cause, OSError) and cause.errno in errno.errorcode:
+        if isinstance(cause, OSError) and cause.errno is not None and cause.errno in errno.errorcode:
             return os.strerror(cause.errno).lower()
         cause = cause.__cause__ or cause.__context__
     return str(exc) or type(exc).__name__

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -29,12 +29,12 @@ EXIT_INTERRUPTED = 130
 # 128 + SIGINT, what shells report for a command stopped by Ctrl-C.
 
 
-class Transport(str, Enum):
+class Transport(StrEnum):
     stdio = "stdio"
     http = "http"
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     json = "json"
     text = "text"
     anthropic = "anthropic"
@@ -58,15 +58,21 @@ def register(app: typer.Typer) -> None:
         ] = None,
         task_id: Annotated[
             str | None,
-            typer.Option("--task-id", help="Task identity for pinning recently called tools (default: hash of --task)."),
+            typer.Option(
+                "--task-id", help="Task identity for pinning recently called tools (default: hash of --task)."
+            ),
         ] = None,
     ) -> None:
         """Plan one spawn of an agent for a task and launch it through the gateway (or just print the plan)."""
         settings = loaded_config(ctx).settings
         if not dry_run and fmt in (Format.anthropic, Format.openai):
-            raise typer.BadParameter("anthropic and openai print a plan's tools: use them with --dry-run", param_hint="--format")
+            raise typer.BadParameter(
+                "anthropic and openai print a plan's tools: use them with --dry-run", param_hint="--format"
+            )
         if not dry_run and catalog is not None:
-            raise typer.BadParameter("a snapshot cannot serve calls: use --catalog with --dry-run", param_hint="--catalog")
+            raise typer.BadParameter(
+                "a snapshot cannot serve calls: use --catalog with --dry-run", param_hint="--catalog"
+            )
         if dry_run:
             plan = _dry_run_plan(settings, task, agent, catalog, task_id)
             _print_plan(plan, fmt)
@@ -114,8 +120,12 @@ def register(app: typer.Typer) -> None:
     def serve(
         ctx: typer.Context,
         agent: Annotated[str, typer.Option("--agent", help="Agent profile served at /mcp and over stdio.")] = "default",
-        transport: Annotated[Transport, typer.Option("--transport", help="stdio or http (streamable HTTP).")] = Transport.http,
-        port: Annotated[int | None, typer.Option("--port", help="HTTP port (default gateway.port; 0 = any free port).")] = None,
+        transport: Annotated[
+            Transport, typer.Option("--transport", help="stdio or http (streamable HTTP).")
+        ] = Transport.http,
+        port: Annotated[
+            int | None, typer.Option("--port", help="HTTP port (default gateway.port; 0 = any free port).")
+        ] = None,
         host: Annotated[str | None, typer.Option("--host", help="HTTP host (default gateway.host).")] = None,
     ) -> None:
         """Serve an agent's tools as one MCP gateway that many short-lived agents share."""
@@ -190,7 +200,9 @@ async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
             return
 
 
-def _dry_run_plan(settings: Settings, task: str, agent: str, catalog_path: Path | None, task_id: str | None) -> SpawnPlan:
+def _dry_run_plan(
+    settings: Settings, task: str, agent: str, catalog_path: Path | None, task_id: str | None
+) -> SpawnPlan:
     from .._history import TaskHistory
     from .._planning import SpawnPlanner, task_key
 

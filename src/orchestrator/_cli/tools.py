@@ -186,19 +186,22 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json({**report.to_dict(), "ranking": engine.ranking_used})
         else:
+            # One row for every query, then one per style when the queries carry a `style`.
             print_table(
-                ("queries", "hit@1", f"hit@{k}", f"recall@{k}", "MRR", "misses", "refused", "unknown gold"),
+                ("style", "queries", "hit@1", f"hit@{k}", f"recall@{k}", "MRR", "misses", "refused", "unknown gold"),
                 [
                     (
-                        report.queries,
-                        f"{report.hit_at_1:.3f}",
-                        f"{report.hit_at_k:.3f}",
-                        f"{report.recall_at_k:.3f}",
-                        f"{report.mrr:.3f}",
-                        report.misses,
-                        report.refused,
-                        report.unknown_gold,
+                        style,
+                        part.queries,
+                        f"{part.hit_at_1:.3f}",
+                        f"{part.hit_at_k:.3f}",
+                        f"{part.recall_at_k:.3f}",
+                        f"{part.mrr:.3f}",
+                        part.misses,
+                        part.refused,
+                        part.unknown_gold,
                     )
+                    for style, part in [("all", report), *report.styles.items()]
                 ],
             )
 
