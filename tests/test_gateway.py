@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,14 +19,14 @@ import httpx2
 import mcp.types as types
 import pytest
 from mcp import Client
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from mcp.client.streamable_http import streamable_http_client
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from orchestrator import Telemetry
 from orchestrator._config import AgentProfile, GatewaySettings, ServerConfig, Settings, ToolSearchOverrides
 from orchestrator._errors import ConfigError, OrchestratorError
 from orchestrator._gateway import Gateway, GatewayClient, check_bind, is_loopback, mcp_config
 from orchestrator.protocols.mcp._manager import MCPManager
-from orchestrator import Telemetry
 from orchestrator.protocols.mcp._tokens import count_definition_tokens
 
 from .conftest import stdio_server_config
@@ -52,9 +51,7 @@ def gateway_settings(cache_dir: Path, **gateway: Any) -> Settings:
         "searcher": AgentProfile(tool_search=ToolSearchOverrides(threshold_tokens=0)),
         "timekeeper": AgentProfile(servers=["time"], deny=["*convert_time"]),
     }
-    return Settings(
-        mcp={"servers": servers, "cache_dir": cache_dir}, agents=agents, gateway=GatewaySettings(**gateway)
-    )
+    return Settings(mcp={"servers": servers, "cache_dir": cache_dir}, agents=agents, gateway=GatewaySettings(**gateway))
 
 
 @pytest.fixture(scope="module")
@@ -163,27 +160,34 @@ async def test_a_later_spawn_of_the_same_task_gets_the_tools_it_called_pinned(li
 async def test_a_spawn_endpoint_needs_its_own_token_and_ends_with_the_spawn(live: tuple[Gateway, str]) -> None:
     gateway, _ = live
     one, other = gateway.open_spawn("a", "searcher"), gateway.open_spawn("b", "searcher")
-    assert await anyio.to_thread.run_sync(_status, one.url, None) == 401
-    assert await anyio.to_thread.run_sync(_status, one.url, other.token) == 401
+    assert await _status(one.url, None) == 401
+    assert await _status(one.url, other.token) == 401
     gateway.close_spawn(one.id)
-    assert await anyio.to_thread.run_sync(_status, one.url, one.token) == 404
+    assert await _status(one.url, one.token) == 404
     gateway.close_spawn(other.id)
 
 
 async def test_spawns_are_opened_and_closed_over_http_as_orchestrator_spawn_does(live: tuple[Gateway, str]) -> None:
     _, base = live
-    client = GatewayClient(base)
-    health = await client.health()
-    assert health is not None and {s["name"]: s["state"] for s in health["servers"]} == {
-        "changing": "ready",
-        "time": "ready",
-    }
-    info = await client.open_spawn("http task", "searcher")
-    assert info["url"] == f"{base}/spawn/{info['id']}/mcp"
-    assert info["mcp_config"] == mcp_config(info["url"], info["token"])
-    assert info["plan"]["mode"] == "search" and len(info["plan"]["fingerprint"]) == 64
-    closed = await client.close_spawn(info["id"])
-    assert closed["calls"] == 0
+    async with GatewayClient(base) as client:
+        health = await client.health()
+        assert health is not None and {s["name"]: s["state"] for s in health["servers"]} == {
+            "changing": "ready",
+            "time": "ready",
+        }
+        assert health["workers"]["threads"] == GatewaySettings().workers
+        info = await client.open_spawn("http task", "searcher")
+        assert info["url"] == f"{base}/spawn/{info['id']}/mcp"
+        assert info["mcp_config"] == mcp_config(info["url"], info["token"])
+        assert info["plan"]["mode"] == "search" and len(info["plan"]["fingerprint"]) == 64
+        closed = await client.close_spawn(info["id"])
+        assert closed["calls"] == 0
+        with pytest.raises(OrchestratorError, match=rf"DELETE /spawns/{info['id']} failed: 404 gateway: no open spawn"):
+            await client.close_spawn(info["id"])
+    once = GatewayClient(base)  # outside `async with`: each call opens and closes its own connection
+    assert (await once.health() or {}).get("status") == "ok"
+    with pytest.raises(OrchestratorError, match="POST /spawns failed: 400 unknown agent profile 'nobody'"):
+        await once.open_spawn("http task", "nobody")
     assert await GatewayClient("http://127.0.0.1:9").health() is None
 
 
@@ -195,7 +199,10 @@ async def test_list_changed_reaches_connected_clients_in_both_protocol_eras(live
         if isinstance(message, types.ToolListChangedNotification):
             legacy_heard.set()
 
-    async with connect(f"{base}/mcp") as modern, connect(f"{base}/mcp", mode="legacy", message_handler=on_message) as legacy:
+    async with (
+        connect(f"{base}/mcp") as modern,
+        connect(f"{base}/mcp", mode="legacy", message_handler=on_message) as legacy,
+    ):
         await legacy.list_tools()
         async with modern.listen(tools_list_changed=True) as events:
             added = await modern.call_tool("changing__add_tool", {"name": "fresh_tool"})
@@ -209,13 +216,11 @@ async def test_list_changed_reaches_connected_clients_in_both_protocol_eras(live
         assert "changing__fresh_tool" in [tool.name for tool in (await legacy.list_tools()).tools]
 
 
-async def test_a_gateway_token_is_required_on_every_endpoint(
-    live: tuple[Gateway, str], tmp_path: Path
-) -> None:
+async def test_a_gateway_token_is_required_on_every_endpoint(live: tuple[Gateway, str], tmp_path: Path) -> None:
     gateway, _ = live
     guarded = Gateway(gateway_settings(tmp_path, token="s3cret"), gateway.manager)
     async with guarded.running("127.0.0.1", 0) as base:
-        assert await anyio.to_thread.run_sync(_status, f"{base}/mcp", None) == 401
+        assert await _status(f"{base}/mcp", None) == 401
         with pytest.raises(OrchestratorError, match="401 missing or wrong bearer token"):
             await GatewayClient(base).health()
         assert (await GatewayClient(base, "s3cret").health())["status"] == "ok"
@@ -229,17 +234,14 @@ def test_binding_beyond_loopback_needs_a_token() -> None:
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4")
     check_bind("127.0.0.1", None)
     check_bind("0.0.0.0", "token")
-    with pytest.raises(ConfigError, match="gateway.host: '0.0.0.0' is not a loopback address; set gateway.token"):
+    with pytest.raises(
+        ConfigError, match=re.escape("gateway.host: '0.0.0.0' is not a loopback address; set gateway.token")
+    ):
         check_bind("0.0.0.0", None)
 
 
-def _status(url: str, token: str | None) -> int:
+async def _status(url: str, token: str | None) -> int:
     """HTTP status of a plain GET to an MCP endpoint (refused before the MCP transport sees it)."""
-    request = urllib.request.Request(url, method="GET")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx2.AsyncClient(headers=headers) as http:
+        return (await http.get(url)).status_code

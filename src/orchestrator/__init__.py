@@ -70,9 +70,9 @@ _EXPORTS: dict[str, str] = {
     "meta_tool_definitions": "._meta_tools",
     "render_tools": "._formats",
     # the gateway
-    "Gateway": "._gateway",
-    "SpawnHandle": "._gateway",
-    "GatewayClient": "._gateway",
+    "Gateway": "._gateway.server",
+    "SpawnHandle": "._gateway.server",
+    "GatewayClient": "._gateway.client",
     # telemetry
     "Telemetry": "._telemetry",
     "setup_telemetry": "._telemetry",

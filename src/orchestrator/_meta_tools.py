@@ -9,14 +9,19 @@ never a protocol failure.
 the arguments (a JSON string where an object belongs is repaired; anything else that does not match the
 tool's input schema comes back listing each problem and the expected arguments), then routes through the
 manager to the first ready server offering the tool.
+
+Searching, expanding and checking a call are CPU work, and the `on_called` hook may write a file: a server
+passes `offload` (the gateway's worker pool) so the async entry points, `dispatch` and `call_tool`, run
+them off its event loop. The counts are kept under a lock, so they stay exact from any thread.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, TypeVarTuple, Unpack
 
 import jsonschema
 import mcp.types as types
@@ -42,6 +47,7 @@ __all__ = [
     "TOOL_SEARCH",
     "MetaStats",
     "MetaTools",
+    "Offload",
     "ToolRouter",
     "Visibility",
     "meta_tool_definitions",
@@ -49,6 +55,9 @@ __all__ = [
 
 _EXPECTED_LIMIT = 12
 # Parameters listed in an "expected arguments" hint; the model can expand_tools for the rest.
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 def meta_tool_definitions() -> list[dict[str, Any]]:
@@ -70,6 +79,12 @@ class Visibility(Protocol):
     def visible(self, entry: ToolEntry) -> bool: ...
 
     def routes(self, entry: ToolEntry) -> tuple[str, ...]: ...
+
+
+class Offload(Protocol):
+    """Runs a synchronous function off the event loop and awaits its result (`Gateway.run_sync`)."""
+
+    def __call__(self, func: Callable[[Unpack[Ts]], T], /, *args: *Ts) -> Awaitable[T]: ...
 
 
 @dataclass
@@ -114,6 +129,8 @@ class MetaTools:
         visibility: the agent profile's decisions; `None` sees everything and routes anywhere.
         agent: the profile name, quoted in refusals.
         on_called: called with the qualified name after each call that did not fail (task history).
+        offload: where `dispatch` and `call_tool` run searches, expands, call checks and `on_called`
+            (a worker pool); None runs them inline, on the caller's event loop.
     """
 
     def __init__(
@@ -125,6 +142,7 @@ class MetaTools:
         visibility: Visibility | None = None,
         agent: str = "default",
         on_called: Callable[[str], None] | None = None,
+        offload: Offload | None = None,
     ) -> None:
         self._engine = engine
         self._router = router
@@ -132,7 +150,9 @@ class MetaTools:
         self._visibility = visibility
         self._agent = agent
         self._on_called = on_called
+        self._offload = offload
         self._validators: dict[str, Any] = {}
+        self._lock = threading.Lock()  # the counts, when searches run in several worker threads
         self.stats = MetaStats()
 
     # ------------------------------------------------------------------ the three tools
@@ -148,7 +168,8 @@ class MetaTools:
             return self._error("invalid_query", f"{exc}. Send a short list of keywords (what the tool does).")
         except _Corrective as exc:
             return self._error(exc.kind, str(exc))
-        self.stats.searches += 1
+        with self._lock:
+            self.stats.searches += 1
         payload = {
             "query": query,
             "outcome": "hit" if hits else "miss",
@@ -169,20 +190,20 @@ class MetaTools:
             return self._error("too_many", f"{exc}. Ask for fewer names at once.")
         except _Corrective as exc:
             return self._error(exc.kind, str(exc))
-        self.stats.expands += 1
+        with self._lock:
+            self.stats.expands += 1
         return _structured({"tools": definitions})
 
     async def call_tool(self, name: Any, arguments: Any = None) -> types.CallToolResult:
         """Validate `arguments` against the tool's input schema, then run it on the first ready server."""
-        try:
-            entry = self._resolve(name)
-            args = self._checked_arguments(entry, arguments)
-            server = self._pick_server(entry)
-        except _Corrective as exc:
-            return self._error(exc.kind, str(exc))
+        checked = await self._run(self._checked_call, name, arguments)
+        if isinstance(checked, types.CallToolResult):
+            return checked
+        entry, args, server = checked
         if self._router is None:
             return self._error("unavailable", f"tool {entry.name!r} cannot be called here (no live servers).")
-        self.stats.calls += 1
+        with self._lock:
+            self.stats.calls += 1
         try:
             result = await self._router.call_tool(server, entry.tool, args)
         except ToolExecutionError as exc:
@@ -193,7 +214,7 @@ class MetaTools:
         except (ServerError, ToolCallError) as exc:
             return self._error("call_failed", f"{exc}. Try again later or use another tool.")
         if not result.is_error:
-            self._remember(entry.name)
+            await self._run(self._remember, entry.name)
         return result
 
     async def dispatch(self, name: str, arguments: Mapping[str, Any] | Any) -> types.CallToolResult:
@@ -202,14 +223,28 @@ class MetaTools:
         if not isinstance(args, dict):
             return self._error("invalid_arguments", f"arguments for {name!r} must be a JSON object.")
         if name == TOOL_SEARCH:
-            return self.tool_search(args.get("query"), args.get("limit"))
+            return await self._run(self.tool_search, args.get("query"), args.get("limit"))
         if name == EXPAND_TOOLS:
-            return self.expand_tools(args.get("names"))
+            return await self._run(self.expand_tools, args.get("names"))
         if name == CALL_TOOL:
             return await self.call_tool(args.get("name"), args.get("arguments"))
         return await self.call_tool(name, args)
 
+    async def _run(self, func: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
+        """`func(*args)` through `offload`, or inline without one."""
+        if self._offload is None:
+            return func(*args)
+        return await self._offload(func, *args)
+
     # ------------------------------------------------------------------ checks
+
+    def _checked_call(self, name: Any, arguments: Any) -> tuple[ToolEntry, dict[str, Any], str] | types.CallToolResult:
+        """The tool, its checked arguments and the server to call; or the corrective error result."""
+        try:
+            entry = self._resolve(name)
+            return entry, self._checked_arguments(entry, arguments), self._pick_server(entry)
+        except _Corrective as exc:
+            return self._error(exc.kind, str(exc))
 
     def _resolve(self, name: Any) -> ToolEntry:
         if not isinstance(name, str) or not name.strip():
@@ -287,14 +322,16 @@ class MetaTools:
         return servers[0]
 
     def _remember(self, name: str) -> None:
-        if name in self.stats.called:
-            self.stats.called.remove(name)
-        self.stats.called.append(name)
+        with self._lock:
+            if name in self.stats.called:
+                self.stats.called.remove(name)
+            self.stats.called.append(name)
         if self._on_called is not None:
             self._on_called(name)
 
     def _error(self, kind: str, message: str) -> types.CallToolResult:
-        self.stats.errors += 1
+        with self._lock:
+            self.stats.errors += 1
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=message)],
             structured_content={"error": kind, "message": message},

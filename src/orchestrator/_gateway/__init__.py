@@ -1,0 +1,26 @@
+"""The MCP gateway: one long-running MCP server that presents each agent's plan over live connections.
+
+    server.py   `Gateway` (the MCP server: agent views, spawns, handlers, list_changed, warm-up, the
+                worker pool) and `SpawnHandle`
+    app.py      the HTTP side: ASGI router, admin endpoints, bind/loopback/transport-security rules, uvicorn
+    client.py   `GatewayClient`: the admin endpoints over one async HTTP client
+
+`orchestrator` re-exports `Gateway`, `SpawnHandle` and `GatewayClient`; the rest is for the CLI and launcher.
+"""
+
+from __future__ import annotations
+
+from .app import DEFAULT_PATH, check_bind, client_base_url, is_loopback, mcp_config
+from .client import GatewayClient
+from .server import Gateway, SpawnHandle
+
+__all__ = [
+    "DEFAULT_PATH",
+    "Gateway",
+    "GatewayClient",
+    "SpawnHandle",
+    "check_bind",
+    "client_base_url",
+    "is_loopback",
+    "mcp_config",
+]
