@@ -351,10 +351,13 @@ def test_one_line_is_always_a_single_safe_line_within_the_limit(text: str, limit
 
 def test_public_surface_is_exactly_the_contract() -> None:
     assert sorted(normalization.__all__) == [
+        "DESCRIPTION_LIMIT",
         "NAME_PATTERN",
         "NormalizedTool",
         "normalize",
         "one_line",
         "qualified_name",
         "reverse_map",
+        "sanitize_schema",
+        "sanitize_text",
     ]

@@ -45,7 +45,7 @@ def load_catalog(settings: Settings, path: Path | None, *, quiet: bool = False) 
     if path is not None:
         from ..protocols.mcp._catalog import ToolCatalog
 
-        return ToolCatalog.from_snapshot(path)
+        return ToolCatalog.from_snapshot(path, description_limit=settings.mcp.max_description_chars)
     import anyio
 
     return anyio.run(_live_catalog, settings, quiet)

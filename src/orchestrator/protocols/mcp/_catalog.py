@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from ..._errors import CatalogError
-from ._normalization import NormalizedTool, normalize, one_line, qualified_name
+from ._normalization import (
+    DESCRIPTION_LIMIT,
+    NormalizedTool,
+    normalize,
+    one_line,
+    qualified_name,
+    sanitize_schema,
+    sanitize_text,
+)
 
 __all__ = ["ToolCatalog", "ToolEntry", "read_snapshot"]
 
@@ -51,11 +59,14 @@ class ToolEntry:
     annotations: dict[str, Any] | None = field(hash=False)
 
     @classmethod
-    def from_normalized(cls, tool: NormalizedTool) -> ToolEntry:
-        """Read the wire-shaped definition (camelCase keys) without trusting its types."""
+    def from_normalized(cls, tool: NormalizedTool, limit: int = DESCRIPTION_LIMIT) -> ToolEntry:
+        """Read the wire-shaped definition (camelCase keys) without trusting its types or its text.
+
+        Descriptions (the tool's and those inside its schemas) pass through `sanitize_text` here, once,
+        so every path that shows a tool to a model or a terminal shows the same cleaned, capped text.
+        """
         raw = tool.definition
-        description = raw.get("description")
-        description = description if isinstance(description, str) else "" if description is None else str(description)
+        description = sanitize_text(raw.get("description"), limit)
         schema = raw.get("inputSchema", raw.get("input_schema"))
         output = raw.get("outputSchema", raw.get("output_schema"))
         annotations = raw.get("annotations")
@@ -68,11 +79,11 @@ class ToolEntry:
             server=tool.server,
             servers=tool.servers,
             tool=tool.tool,
-            title=one_line(title) or None if isinstance(title, str) else None,
+            title=one_line(sanitize_text(title, limit)) or None if isinstance(title, str) else None,
             description=description,
             summary=one_line(description),
-            input_schema=dict(schema) if isinstance(schema, Mapping) else dict(_EMPTY_SCHEMA),
-            output_schema=dict(output) if isinstance(output, Mapping) else None,
+            input_schema=sanitize_schema(dict(schema), limit) if isinstance(schema, Mapping) else dict(_EMPTY_SCHEMA),
+            output_schema=sanitize_schema(dict(output), limit) if isinstance(output, Mapping) else None,
             annotations=annotations,
         )
 
@@ -119,21 +130,27 @@ class ToolCatalog:
 
     @classmethod
     def from_lists(
-        cls, tools_by_server: Mapping[str, Sequence[Mapping[str, Any]]], replicas: Mapping[str, str] | None = None
+        cls,
+        tools_by_server: Mapping[str, Sequence[Mapping[str, Any]]],
+        replicas: Mapping[str, str] | None = None,
+        *,
+        description_limit: int = DESCRIPTION_LIMIT,
     ) -> ToolCatalog:
-        """From `{server: [tools/list dicts]}`, normalized: qualified names, and exact duplicates collapsed
-        within each replica group (`replicas`: server -> group; see `normalize`)."""
-        return cls(ToolEntry.from_normalized(tool) for tool in normalize(tools_by_server, replicas))
+        """From `{server: [tools/list dicts]}`, normalized: qualified names, exact duplicates collapsed
+        within each replica group (`replicas`: server -> group; see `normalize`), texts sanitized and cut
+        at `description_limit` characters (`mcp.max_description_chars`)."""
+        tools = normalize(tools_by_server, replicas)
+        return cls(ToolEntry.from_normalized(tool, description_limit) for tool in tools)
 
     @classmethod
-    def from_snapshot(cls, path: str | Path) -> ToolCatalog:
+    def from_snapshot(cls, path: str | Path, *, description_limit: int = DESCRIPTION_LIMIT) -> ToolCatalog:
         """From a folder of `<server>.json` tools/list results, or one JSON file holding `{server: [tools]}`,
         a list of tools that each carry `server`, or one server's list (named after the file).
 
         Raises:
             CatalogError: the path is missing or a file is not one of these shapes (names file and item).
         """
-        return cls.from_lists(read_snapshot(path))
+        return cls.from_lists(read_snapshot(path), description_limit=description_limit)
 
     # ------------------------------------------------------------------ reading
 

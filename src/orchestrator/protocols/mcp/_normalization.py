@@ -17,12 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "DESCRIPTION_LIMIT",
     "NAME_PATTERN",
     "NormalizedTool",
     "normalize",
     "one_line",
     "qualified_name",
     "reverse_map",
+    "sanitize_schema",
+    "sanitize_text",
 ]
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -46,6 +49,27 @@ SERVER_KEEP = 20
 SUMMARY_LIMIT = 160
 # Default cap of `one_line`: about two dozen words, enough to tell tools apart in a directory line.
 ELLIPSIS = "…"
+DESCRIPTION_LIMIT = 8000
+# Default cap of `sanitize_text` (`mcp.max_description_chars`): above the longest real description of the
+# 590 tools in ../shared/data (about 7,000 characters); a 1 MB one would cost ~250k tokens per prompt.
+TRUNCATION_MARK = " … [cut: {omitted:,} more characters]"
+MAX_BLANK_LINES = 2
+# Runs of empty lines kept in a description (more carry nothing but can push text out of view).
+QUOTE_MARK = "> "
+# Put before a first line that would otherwise read as a role turn or section start.
+
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[PX^_][^\x1b]*(?:\x1b\\)?|[@-Z\\-_])?")
+# Terminal escape sequences: CSI (colours, cursor moves), OSC (titles, hyperlinks), DCS/SOS/PM/APC and
+# two-byte escapes; a lone ESC goes too. Removed before the per-character filter so no payload survives.
+_ROLES = r"(?:system|assistant|user|human|developer|tool|function|ai|model|instructions?)"
+_ROLE_LINE = re.compile(
+    rf"^\s*(?:{_ROLES}\s*:|#{{1,6}}\s*{_ROLES}\b|<\|[^|>]*\|>|</?(?:{_ROLES}|im_start|im_end|start_of_turn)\b[^>]*>"
+    r"|\[/?(?:INST|SYS|SYSTEM)\]|<</?SYS>>)",
+    re.IGNORECASE,
+)
+# A line that could read as a new role turn, a chat-template token or a role/instructions section.
+# Ordinary headings, XML-ish tags such as <examples> and rules stay: real descriptions use them.
+_SCHEMA_TEXT_KEYS = ("description", "title")
 
 _PART = re.compile(r"[A-Za-z0-9_-]+")
 _INVALID_RUN = re.compile(r"[^A-Za-z0-9_-]+")
@@ -104,6 +128,82 @@ def one_line(text: str | None, limit: int = SUMMARY_LIMIT) -> str:
     if space >= limit * _WORD_BREAK_MIN:
         cut = cut[:space]
     return cut.rstrip(" ,;:") + ELLIPSIS
+
+
+def sanitize_text(text: object, limit: int = DESCRIPTION_LIMIT) -> str:
+    """Untrusted server text (a tool or parameter description) made safe for prompts and terminals.
+
+    The one sanitizer every path to a model or a terminal goes through (full mode, pinned tools,
+    expand_tools, every provider format, `tools expand`): terminal escape sequences, control, format
+    (zero-width, bidi), surrogate, private-use and unassigned characters are removed; line separators
+    become newlines and other odd whitespace a space (spaces, tabs and indentation stay); a line that could fake a role turn, a chat-template
+    token or a prompt section (`SYSTEM:`, `### `, `<|im_start|>`, `[INST]`, `---`) is joined to the line
+    before it (heading marks dropped), so it reads as text inside the description, or quoted (`> `) when
+    it is the first line; blank-line runs shrink to two; the result is cut at `limit` characters (at a
+    word boundary) with a marker saying how much was left out. Pure; idempotent below the limit.
+    """
+    if text is None or limit <= 0:
+        return ""
+    raw = text if isinstance(text, str) else str(text)
+    raw = _ANSI.sub("", raw.replace("\r\n", "\n"))
+    kept = "".join(_text_char(char) for char in raw) if not raw.isascii() else raw.translate(_ASCII_TEXT)
+    lines: list[str] = []
+    blank = 0
+    fenced = False  # inside a ``` code block, where `# comment` lines are code, not headings
+    for line in kept.split("\n"):
+        if not line.strip():
+            blank += 1
+            if blank <= MAX_BLANK_LINES:
+                lines.append(line)
+            continue
+        blank = 0
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif _fakes_a_turn(line, fenced):
+            line = line.strip().lstrip("#").strip()  # a heading keeps its words, not its marks
+            while lines and not lines[-1].strip():
+                lines.pop()
+            if lines:
+                lines[-1] = f"{lines[-1].rstrip()} {line}"
+                continue
+            if _fakes_a_turn(line, fenced):  # nothing to join it to: quoted, so it reads as text
+                line = f"{QUOTE_MARK}{line}"
+        lines.append(line)
+    result = "\n".join(lines)
+    if len(result) <= limit:
+        return result
+    cut = result[:limit]
+    space = max(cut.rfind(" "), cut.rfind("\n"))
+    if space >= limit * _WORD_BREAK_MIN:
+        cut = cut[:space]
+    return cut.rstrip() + TRUNCATION_MARK.format(omitted=len(result) - len(cut.rstrip()))
+
+
+def sanitize_schema(schema: Any, limit: int = DESCRIPTION_LIMIT) -> Any:
+    """A JSON schema with every `description` and `title` string passed through `sanitize_text`.
+
+    Only those annotation strings change: property names, `enum`, `const`, `default` and `pattern` are
+    values a call must match and stay as the server sent them. Returns the same object when nothing
+    changed, so an ordinary schema costs no copy.
+    """
+    if isinstance(schema, dict):
+        changed: dict[str, Any] | None = None
+        for key, value in schema.items():
+            if key in _SCHEMA_TEXT_KEYS and isinstance(value, str):
+                clean: Any = sanitize_text(value, limit)
+            elif key in ("enum", "const", "default", "examples", "pattern"):
+                continue
+            else:
+                clean = sanitize_schema(value, limit)
+            if clean is not value and clean != value:
+                if changed is None:
+                    changed = dict(schema)
+                changed[key] = clean
+        return schema if changed is None else changed
+    if isinstance(schema, list):
+        items = [sanitize_schema(item, limit) for item in schema]
+        return schema if all(a is b for a, b in zip(items, schema, strict=True)) else items
+    return schema
 
 
 def normalize(
@@ -268,6 +368,24 @@ def _safe_char(char: str) -> str:
     return char
 
 
+def _fakes_a_turn(line: str, fenced: bool) -> bool:
+    """A line that could read as a role turn, a chat-template token or a prompt section; inside a code
+    block only role and template forms count (`# comment` there is code)."""
+    match = _ROLE_LINE.match(line)
+    return match is not None and not (fenced and line.lstrip().startswith("#"))
+
+
+def _text_char(char: str) -> str:
+    """`_safe_char`, except that layout survives: line breaks, tabs and spaces are kept as sent."""
+    if char == "\n" or unicodedata.category(char) in ("Zl", "Zp") or char in "\x0b\x0c\x1c\x1d\x1e\x85":
+        return "\n"
+    if char in " \t":
+        return char
+    return _safe_char(char)
+
+
 _ASCII_SAFE = str.maketrans({chr(code): _safe_char(chr(code)) for code in range(128)})
 """`_safe_char` precomputed for ASCII: most descriptions are ASCII, and a per-character loop dominated
 building a 10,000-tool catalog (about 1.7 s) before this table."""
+_ASCII_TEXT = str.maketrans({chr(code): _text_char(chr(code)) for code in range(128)})
+"""`_text_char` precomputed for ASCII (most descriptions)."""
