@@ -71,6 +71,20 @@ class _Group(TyperGroup):
             _fail(str(exc), EXIT_USAGE)
         except OrchestratorError as exc:
             _fail(str(exc), EXIT_FAILED)
+        except BaseExceptionGroup as group:  # an error raised inside a task group (anyio wraps it)
+            matched, _rest = group.split(OrchestratorError)
+            if matched is None:
+                raise
+            first = _first_leaf(matched)
+            _fail(str(first), EXIT_USAGE if isinstance(first, ConfigError) else EXIT_FAILED)
+
+
+def _first_leaf(group: BaseExceptionGroup[Any]) -> BaseException:
+    """The first exception inside nested groups: the one a person needs to read."""
+    leaf: BaseException = group
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = leaf.exceptions[0]
+    return leaf
 
 
 def _fail(message: str, code: int) -> None:

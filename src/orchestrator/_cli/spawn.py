@@ -124,7 +124,8 @@ def register(app: typer.Typer) -> None:
             Transport, typer.Option("--transport", help="stdio or http (streamable HTTP).")
         ] = Transport.http,
         port: Annotated[
-            int | None, typer.Option("--port", help="HTTP port (default gateway.port; 0 = any free port).")
+            int | None,
+            typer.Option("--port", min=0, max=65535, help="HTTP port (default gateway.port; 0 = any free port)."),
         ] = None,
         host: Annotated[str | None, typer.Option("--host", help="HTTP host (default gateway.host).")] = None,
     ) -> None:

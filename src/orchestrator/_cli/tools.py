@@ -9,6 +9,7 @@ Exit 1 when a search or an eval query finds nothing (the output still prints).
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -35,8 +36,14 @@ CatalogOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
+class Ranking(StrEnum):
+    lexical = "lexical"
+    hybrid = "hybrid"
+    auto = "auto"
+
+
 RankingOption = Annotated[
-    str | None, typer.Option("--ranking", help="lexical, hybrid or auto (default: mcp.tool_search.ranking).")
+    Ranking | None, typer.Option("--ranking", help="lexical, hybrid or auto (default: mcp.tool_search.ranking).")
 ]
 
 

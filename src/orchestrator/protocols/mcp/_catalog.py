@@ -241,6 +241,8 @@ def _read_json(path: Path) -> Any:
         raise CatalogError(f"{path}: snapshot is not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise CatalogError(f"{path}: invalid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}") from None
+    except RecursionError:  # Python's JSON parser recurses per nesting level
+        raise CatalogError(f"{path}: JSON nested too deeply to be a tool catalog") from None
 
 
 def _server_list(data: Any, path: Path, server: str) -> list[dict[str, Any]]:
