@@ -27,6 +27,9 @@ from orchestrator.protocols.mcp._manager import MCPManager, ServerState
 from .conftest import REPO_ROOT, stdio_server_config
 
 HANGING_TIMEOUT_S = 1.5
+NO_RETRY_DURING_THE_MODULE = {"restart_backoff_s": 600.0, "restart_backoff_max_s": 600.0}
+"""Failed servers are retried forever; the fleet's failing ones wait past the module's end, so the process
+counts of the cleanup tests see no retry of theirs."""
 TIME_SERVER = ServerConfig(command="python", args=["-m", "mcp_server_time", "--local-timezone", "UTC"])
 
 
@@ -54,8 +57,10 @@ async def fleet(
             "time": TIME_SERVER,
             "paged": stdio_server_config("paged.py"),
             "noisy": stdio_server_config("garbage.py"),
-            "hanging": stdio_server_config("hanging.py", startup_timeout_s=HANGING_TIMEOUT_S),
-            "missing": ServerConfig(command="orchestrator-test-no-such-program"),
+            "hanging": stdio_server_config(
+                "hanging.py", startup_timeout_s=HANGING_TIMEOUT_S, **NO_RETRY_DURING_THE_MODULE
+            ),
+            "missing": ServerConfig(command="orchestrator-test-no-such-program", **NO_RETRY_DURING_THE_MODULE),
             "off": stdio_server_config("basic.py", enabled=False),
         },
     )
@@ -205,8 +210,10 @@ async def test_a_slow_tool_is_a_timeout_and_the_server_keeps_working(fleet: Flee
 async def test_calls_to_unknown_or_failed_servers_are_server_errors(fleet: Fleet) -> None:
     with pytest.raises(ServerError, match=r"server 'nope': unknown server; known: hanging, http, missing"):
         await fleet.manager.call_tool("nope", "echo", {})
-    with pytest.raises(ServerError, match=r"server 'hanging': failed: no answer within startup_timeout_s"):
-        await fleet.manager.call_tool("hanging", "anything", {})
+    with pytest.raises(
+        ServerError, match=r"server 'hanging': failed: no answer within startup_timeout_s=1.5 s; retry in"
+    ):
+        await fleet.manager.call_tool("hanging", "anything", {})  # at once: its circuit is open
 
 
 @pytest.mark.anyio
@@ -312,23 +319,27 @@ async def test_a_crash_fails_the_call_with_the_reason_then_the_server_is_restart
 
 
 @pytest.mark.anyio
-async def test_a_server_whose_restarts_keep_failing_ends_failed_after_max_restarts(tmp_path: Path) -> None:
+async def test_a_server_whose_restarts_keep_failing_opens_its_circuit_after_max_restarts_and_keeps_its_tools(
+    tmp_path: Path,
+) -> None:
     marker = tmp_path / "started-once"
-    config = stdio_server_config("crashy.py", "--refuse-restart", str(marker), max_restarts=2, restart_backoff_s=0.05)
+    config = stdio_server_config(
+        "crashy.py", "--refuse-restart", str(marker), max_restarts=2, restart_backoff_s=0.05, restart_backoff_max_s=30
+    )
     settings = MCPSettings(cache_dir=tmp_path, servers={"crashy": config})
     async with MCPManager(settings) as manager:
         before = manager.version
         with anyio.fail_after(5), pytest.raises(TransportError):
             await manager.call_tool("crashy", "crash", {})
-        with anyio.fail_after(20):
-            await manager.wait_for_version(before, timeout=20)  # its tools leave the catalog when it fails
-        status = manager.status()[0]
-        assert status.state is ServerState.FAILED
-        assert status.error == (
-            "server process exited during startup; stderr: crashy: refusing to restart; gave up after 2 restart(s)"
-        )
-        assert manager.tool_lists() == {}
-        with pytest.raises(ServerError, match="failed: server process exited during startup"):
+        status = await manager.wait_for_state("crashy", ServerState.FAILED, timeout=20)
+        assert status.error == "server process exited during startup; stderr: crashy: refusing to restart"
+        assert status.restarts == 3 and status.circuit == "open"
+        assert status.retry_in_s is not None and 0 < status.retry_in_s <= 0.05 * 2**2
+        assert manager.version == before  # its tools stay in the catalog while it is retried
+        assert [tool["name"] for tool in manager.tool_lists()["crashy"]] == ["ping", "crash"]
+        with pytest.raises(
+            ServerError, match=r"failed: server process exited during startup; .*; (retry in \d+ s|retrying now)"
+        ):
             await manager.call_tool("crashy", "ping", {})
 
 

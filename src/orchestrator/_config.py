@@ -45,6 +45,7 @@ __all__ = [
     "PrometheusSettings",
     "ServerConfig",
     "Settings",
+    "StoreSettings",
     "TelemetrySettings",
     "ToolSearchOverrides",
     "ToolSearchSettings",
@@ -59,6 +60,8 @@ ENV_NESTED_DELIMITER = "__"
 CONFIG_ENV_VAR = "BERNSTEIN_CONFIG"
 DEFAULT_CONFIG_NAME = "bernstein.yaml"
 REDACTED = "***"
+MIN_SIGNING_KEY_CHARS = 32
+# HS256 keys shorter than the hash (32 bytes) are weak, and PyJWT warns about them.
 
 # The YAML file of the `Settings` being validated, set only while `Settings.__init__` runs: read by the
 # sources hook and by `${CONFIG_DIR}` expansion (validators get no other way to see it).
@@ -114,9 +117,21 @@ class ServerConfig(_Model):
     """Bound on starting the process or connecting, plus `initialize` and the first listing."""
     call_timeout_s: float = Field(60.0, gt=0)
     max_restarts: int = Field(3, ge=0)
-    """Restart attempts after the server dies, before it is marked `failed`."""
+    """Quick restarts after a server that was up dies (calls wait for them), before its circuit opens: it
+    shows `failed`, calls fail at once with the time of the next try, and it is retried on the backoff
+    schedule, forever."""
     restart_backoff_s: float = Field(0.5, ge=0)
-    """First restart delay; doubles on each further attempt."""
+    """First restart delay; doubles on each further attempt (with jitter), up to `restart_backoff_max_s`."""
+    restart_backoff_max_s: float = Field(30.0, gt=0)
+    """Longest delay between two tries: a server that comes back is noticed within about this long."""
+    health_interval_s: float = Field(15.0, ge=0)
+    """http/sse: how often an idle connection is probed (MCP `ping`, or `server/discover` at 2026-07-28),
+    so a dead or frozen server is noticed without a call. 0 turns probes off."""
+    health_timeout_s: float = Field(5.0, gt=0)
+    """How long a probe waits for its answer; two unanswered probes in a row restart the connection."""
+    max_message_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    """stdio: longest line read from the server; a longer one is dropped (counted, and the request it
+    answers fails at once) instead of being buffered."""
     replica_of: str | None = None
     """Name of another server this one is a copy of (the same service behind another address): their
     identical tools become one entry, callable on either. Without it, an identical tool on another
@@ -184,6 +199,10 @@ class ToolSearchSettings(_Model):
     requests against the 590 real tools, 0.14-0.21, below that of paraphrases the model gets right)."""
     embedding_timeout_ms: float = Field(250.0, gt=0)
     """A query embedding slower than this answers with the lexical ranking instead."""
+    max_tools: int | None = Field(None, ge=1)
+    """Most tool definitions one spawn is sent; a visible catalog with more goes to search mode whatever
+    its tokens (OpenAI takes 128 tools per request). Unset: the limit of the profile's client (`codex`:
+    100), else none."""
 
 
 class ToolSearchOverrides(_Model):
@@ -195,6 +214,7 @@ class ToolSearchOverrides(_Model):
     search_limit: int | None = Field(None, ge=1, le=100)
     max_expand: int | None = Field(None, ge=1, le=500)
     tokenizer: str | None = None
+    max_tools: int | None = Field(None, ge=1)
 
     def apply(self, base: ToolSearchSettings, extra_pinned: list[str] | None = None) -> ToolSearchSettings:
         """The base settings with these overrides (and extra pins) applied."""
@@ -224,6 +244,14 @@ class MCPSettings(_Model):
     `embeddings/` (tool vectors). Default: the user cache dir's `orchestrator` folder."""
     warm_start: bool = True
     """Write and read the tool-list cache."""
+    max_description_chars: int = Field(8000, ge=100, le=1_000_000)
+    """Longest tool or parameter description shown to a model or a terminal; longer text is cut with a
+    marker saying how much was left out (every description is also cleaned: docs/naming.md)."""
+    schema_max_depth: int = Field(64, ge=1, le=200)
+    """Most nesting levels (JSON objects and arrays) of a tool's input or output schema; a deeper tool is
+    dropped with its reason. At most 200: pydantic's JSON parser and Python's recursion stop near there."""
+    schema_max_bytes: int = Field(256 * 1024, ge=1024)
+    """Largest tool schema (compact JSON); a larger tool is dropped with its reason."""
 
     def cache_root(self) -> Path:
         """`cache_dir`, else `<user cache dir>/orchestrator` (e.g. `~/.cache/orchestrator` on Linux)."""
@@ -295,6 +323,13 @@ class AgentProfile(_Model):
     """CLI agents: argv template; placeholders {task}, {mcp_config}, {mcp_url}, {tools_prompt}, {prompt_file}."""
     env: dict[str, str] = Field(default_factory=dict)
     timeout_s: float = Field(600.0, gt=0)
+    client: Literal["claude-code", "codex", "api"] | None = None
+    """The client that consumes this profile's tools: it decides the prefix put before every tool name
+    (`mcp__<gateway.server_name>__` for claude-code and codex, none for api) and the tool-count limit.
+    Unset: read from `command[0]` (`claude`, `codex`), else `api` (docs/spawning.md, Clients)."""
+    tool_prefix: str | None = Field(None, max_length=40, pattern=r"^[A-Za-z0-9_{}-]*$")
+    """The exact text this profile's client puts before each tool name, `{server}` standing for
+    `gateway.server_name` (for a client other than the kinds above); wins over `client`."""
 
     @field_validator("env", mode="after")
     @classmethod
@@ -312,11 +347,69 @@ class GatewaySettings(_Model):
     workers: int = Field(4, ge=0, le=64)
     """Threads that run tool search, expand and embedding off the event loop, so one slow ranking never
     delays other agents' requests. 0 runs them on the event loop (only for measuring the difference)."""
+    server_name: str = Field("orchestrator", min_length=1, max_length=24, pattern=r"^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$")
+    """The gateway's name: its `serverInfo.name` and its key in the MCP configs handed to agents. Claude
+    Code and Codex put `mcp__<server_name>__` before every tool name and model APIs allow 64 characters,
+    so a shorter name leaves the tools more room. Letters, digits, `-` and single `_` (a `__` would break
+    the clients' `mcp__server__tool` split); at most 24 characters."""
+    signing_key: str | None = None
+    """Key that signs spawn credentials (HS256, at least 32 characters; may reference `${VAR}`). Replicas
+    that serve each other's spawns share it. Unset: a random key per process (one gateway only)."""
+    signing_key_file: Path | None = None
+    """A file holding the signing key (first line), instead of `signing_key`."""
+    spawn_ttl_s: float = Field(3600.0, gt=0, le=7 * 24 * 3600)
+    """How long a spawn's credential is valid; then its endpoint refuses it and its state is dropped.
+    Keep it above the longest `agents.*.timeout_s`."""
+    max_open_spawns: int = Field(256, ge=1)
+    """Open spawns at once (counted in the store, so across replicas); `POST /spawns` past it is a 429."""
+    max_body_bytes: int = Field(64 * 1024, ge=1024, le=4 * 1024 * 1024)
+    """Largest request body of the admin endpoints (`POST /spawns`); larger ones get 413 unread. MCP
+    endpoints keep the SDK's own bound (4 MiB)."""
+    spawn_log: Path | None = None
+    """JSON-lines file the gateway appends one line to per finished spawn (its rounds, searches, expands,
+    calls and session tokens in both modes), read by `orchestrator tune`. Unset: no log (docs/metrics.md)."""
 
-    @field_validator("token", mode="after")
+    @field_validator("token", "signing_key", mode="after")
     @classmethod
     def _expand_token(cls, value: str | None) -> str | None:
         return None if value is None else expand_vars(value)
+
+    @field_validator("signing_key_file", mode="before")
+    @classmethod
+    def _expand_key_file(cls, value: Any) -> Any:
+        return expand_vars(value) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> GatewaySettings:
+        if self.signing_key is not None and self.signing_key_file is not None:
+            raise ValueError("set signing_key or signing_key_file, not both")
+        if self.signing_key is not None and len(self.signing_key) < MIN_SIGNING_KEY_CHARS:
+            raise ValueError(
+                f"signing_key: {len(self.signing_key)} characters; HS256 needs at least {MIN_SIGNING_KEY_CHARS}"
+            )
+        return self
+
+
+class StoreSettings(_Model):
+    """`store:` where state that outlives one gateway replica is kept: task histories, the spawn log and
+    revoked spawn credentials."""
+
+    url: str | None = None
+    """None: files under the cache root (`mcp.cache_dir`), enough for replicas on one machine.
+    `redis://[:password@]host:port/db` (or `rediss://`, `unix://`): Redis, for replicas on several
+    machines. May reference `${VAR}` (redacted in `config show`)."""
+    prefix: str = Field("orchestrator:", min_length=1)
+    """Redis key prefix, so several deployments can share one Redis."""
+
+    @field_validator("url", mode="after")
+    @classmethod
+    def _expand_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = expand_vars(value)
+        if not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"{value.split(':', 1)[0]!r} is not a store: use redis://, rediss:// or unix://")
+        return value
 
 
 class OTLPSettings(_Model):
@@ -358,6 +451,7 @@ class Settings(BaseSettings):
     mcp: MCPSettings = Field(default_factory=MCPSettings)
     agents: dict[str, AgentProfile] = Field(default_factory=dict)
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
+    store: StoreSettings = Field(default_factory=StoreSettings)
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
 
     def __init__(self, _config_file: str | os.PathLike[str] | None = None, **values: Any) -> None:
@@ -479,8 +573,9 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], yaml.Node | None]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read config file: {_one_line(str(exc))}") from None
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built in: same result, faster
+        root = yaml.compose(text, Loader=loader)  # nodes carry the line numbers error messages quote
+        data = yaml.load(text, Loader=loader)  # noqa: S506 (a safe loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
@@ -508,7 +603,9 @@ def _describe_validation_error(
         else:
             message = str(error["msg"]).removeprefix("Value error, ")
             problem = f"{message} (got {_short(error.get('input'))})" if kind != "value_error" else message
-        if _has_path(env_data, loc) or (loc and _has_path(env_data, loc[:-1]) and kind == "extra_forbidden"):
+        # An unknown key is the environment's only when its parent came from there (not the top level).
+        from_env_parent = len(loc) > 1 and _has_path(env_data, loc[:-1]) and kind == "extra_forbidden"
+        if _has_path(env_data, loc) or from_env_parent:
             env_name = ENV_PREFIX + ENV_NESTED_DELIMITER.join(loc).upper()
             lines.append(f"environment {env_name}: {key_path}: {problem}")
             continue
@@ -561,7 +658,9 @@ def _one_line(text: str) -> str:
 # --------------------------------------------------------------------------- show
 
 _SECRET_PARENTS = {"env", "headers"}
-_SECRET_LEAVES = {"token"}
+_SECRET_LEAVES = {"token", "signing_key"}
+_SECRET_PATHS = {("store", "url")}
+# A Redis URL may carry its password.
 
 
 def effective_values(loaded: LoadedConfig, *, redact: bool = True) -> Iterator[tuple[str, Any, str]]:
@@ -578,6 +677,6 @@ def _walk(node: Any, prefix: tuple[str, ...], loaded: LoadedConfig, redact: bool
     value = node
     if redact and prefix and prefix[-1] in _SECRET_PARENTS and isinstance(node, dict):
         value = {key: REDACTED for key in node}
-    elif redact and prefix and prefix[-1] in _SECRET_LEAVES and node is not None:
+    elif redact and prefix and (prefix[-1] in _SECRET_LEAVES or prefix in _SECRET_PATHS) and node is not None:
         value = REDACTED
     yield ".".join(prefix), value, loaded.source_of(prefix)

@@ -35,6 +35,13 @@ __all__ = [
     "SEARCH_INVOCATIONS",
     "SEARCH_OUTCOMES",
     "SEARCH_RESULTS",
+    "SERVER_STATE",
+    "SERVER_STATES",
+    "SESSION_ACTIONS",
+    "SESSION_ACTION_KINDS",
+    "SESSION_ROUNDS",
+    "SESSION_TOKENS_COUNTERFACTUAL",
+    "SESSION_TOKENS_SENT",
     "SPAWNS",
     "SPAWN_MODES",
     "SPAWN_TOKENS_SAVED",
@@ -55,6 +62,11 @@ SpawnMode = Literal["full", "search"]
 SEARCH_OUTCOMES: tuple[str, ...] = ("hit", "miss", "expand")
 CALL_RESULTS: tuple[str, ...] = ("ok", "tool_error", "timeout", "transport_error")
 SPAWN_MODES: tuple[str, ...] = ("full", "search")
+SESSION_ACTION_KINDS: tuple[str, ...] = ("hit", "miss", "expand", "call")
+"""What one session did (`action` attribute of `orchestrator_session_actions`): searches that returned
+tools (`hit`) or none (`miss`), expand_tools calls, tool calls."""
+SERVER_STATES: tuple[str, ...] = ("starting", "ready", "degraded", "restarting", "failed", "stopped")
+"""The states of `ServerState` (`state` attribute of `mcp_server_state`)."""
 RANKINGS: tuple[str, ...] = ("lexical", "hybrid")
 """The ranking that answered a search (`ranking` attribute of the search metrics)."""
 FALLBACK_KINDS: tuple[str, ...] = (
@@ -87,6 +99,11 @@ CLIENT_OPERATION_DURATION = "mcp.client.operation.duration"
 """Named by the OpenTelemetry MCP semantic conventions (histogram, seconds)."""
 CATALOG_TOOLS = "mcp_catalog_tools"
 CATALOG_TOKENS = "mcp_catalog_tokens"
+SERVER_STATE = "mcp_server_state"
+SESSION_ROUNDS = "orchestrator_session_rounds"
+SESSION_ACTIONS = "orchestrator_session_actions"
+SESSION_TOKENS_SENT = "orchestrator_session_tokens_sent"
+SESSION_TOKENS_COUNTERFACTUAL = "orchestrator_session_tokens_counterfactual"
 
 # Bucket boundaries (advisory, so a user's Views still win).
 # The MCP semantic conventions prescribe these for mcp.client.operation.duration.
@@ -96,6 +113,10 @@ _CALL_DURATION_BUCKETS_S = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60
 _SEARCH_DURATION_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 # Around the default threshold_tokens (6000) with room for catalogs of hundreds of tools.
 _TOKEN_BUCKETS = (0, 250, 500, 1000, 2000, 4000, 6000, 8000, 12000, 16000, 24000, 32000, 64000, 128000)
+# A session pays its tools every round: up to a few dozen rounds times catalogs of up to ~200k tokens.
+_SESSION_TOKEN_BUCKETS = (0, 1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000, 256000, 512000, 1024000, 4096000)
+# Model rounds of one agent session: a one-shot call takes 2, a long task dozens.
+_ROUND_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50, 100)
 # search_limit is at most 100.
 _RESULT_BUCKETS = (0, 1, 2, 3, 5, 8, 10, 15, 20, 50, 100)
 
@@ -194,6 +215,32 @@ class Telemetry:
         self._catalog_tokens = meter.create_gauge(
             CATALOG_TOKENS, unit="{token}", description="Tokens of the full definitions of a server's tools"
         )
+        self._server_state = meter.create_gauge(
+            SERVER_STATE, unit="{state}", description="1 for the state a server is in, 0 for its other states"
+        )
+        self._session_rounds = meter.create_histogram(
+            SESSION_ROUNDS,
+            unit="{round}",
+            description="Model rounds of one finished spawn session (estimated from its MCP requests)",
+            explicit_bucket_boundaries_advisory=_ROUND_BUCKETS,
+        )
+        self._session_actions = meter.create_counter(
+            SESSION_ACTIONS,
+            unit="{request}",
+            description="Searches (hit, miss), expands and tool calls of finished spawn sessions",
+        )
+        self._session_tokens_sent = meter.create_histogram(
+            SESSION_TOKENS_SENT,
+            unit="{token}",
+            description="Tool tokens one finished spawn session paid over all its rounds, in its mode",
+            explicit_bucket_boundaries_advisory=_SESSION_TOKEN_BUCKETS,
+        )
+        self._session_tokens_counterfactual = meter.create_histogram(
+            SESSION_TOKENS_COUNTERFACTUAL,
+            unit="{token}",
+            description="Tool tokens the same session would have paid in the other mode",
+            explicit_bucket_boundaries_advisory=_SESSION_TOKEN_BUCKETS,
+        )
         # Every outcome series exists from the start (at 0), so rates and the miss ratio are defined
         # before the first miss and dashboards show every series. Hits and misses always carry the
         # ranking that answered, so they start at 0 for both rankings (never with an empty label).
@@ -263,6 +310,41 @@ class Telemetry:
         attributes = {"server": server}
         self._catalog_tools.set(tools, attributes)
         self._catalog_tokens.set(tokens, attributes)
+
+    def record_server_state(self, server: str, state: str) -> None:
+        """`server` is now in `state` (one of SERVER_STATES): its series for that state is 1, the others 0, so
+        `mcp_server_state{state="failed"} == 1` selects the failed servers and no old state lingers."""
+        _check(state, SERVER_STATES, "server state")
+        for each in SERVER_STATES:
+            self._server_state.set(1 if each == state else 0, {"server": server, "state": each})
+
+    def record_session(
+        self,
+        mode: str,
+        agent: str,
+        *,
+        rounds: int,
+        hits: int,
+        misses: int,
+        expands: int,
+        calls: int,
+        tokens_sent: int,
+        tokens_counterfactual: int,
+    ) -> None:
+        """One finished spawn session of agent profile `agent` in `mode` (`_accounting.SessionCost`): its
+        rounds, what it did, the tool tokens it paid and what the other mode would have paid.
+
+        Saved tokens (counterfactual - sent) can be negative, which no OpenTelemetry histogram or counter
+        takes, so they are derived from the two `_sum`s (docs/metrics.md). Every action series of this
+        agent and mode is touched (at 0 when it did not happen), so per-session ratios never miss a term.
+        """
+        _check(mode, SPAWN_MODES, "session mode")
+        attributes = {"mode": mode, "agent": agent}
+        self._session_rounds.record(max(0, rounds), attributes)
+        for action, count in zip(SESSION_ACTION_KINDS, (hits, misses, expands, calls), strict=True):
+            self._session_actions.add(max(0, count), {**attributes, "action": action})
+        self._session_tokens_sent.record(max(0, tokens_sent), attributes)
+        self._session_tokens_counterfactual.record(max(0, tokens_counterfactual), attributes)
 
     @contextlib.contextmanager
     def span(self, name: str, **attributes: Any) -> Iterator[Span]:

@@ -1,28 +1,39 @@
 """One MCP server's connection lifecycle: start, list, follow changes, route calls, restart, stop.
 
-A `ServerConnection` is driven by one long-lived task (`run`) that owns the `mcp.Client` context of
-the current session, so calls from any task go through the same live connection. Each session:
+A `ServerConnection` is driven by one long-lived task (`run`, the supervisor) that owns the `mcp.Client`
+context of the current session, so calls from any task go through the same live connection. Each session:
 
 1. connects (spawns the stdio process, or opens the HTTP/SSE connection) and negotiates the protocol,
    opens a `subscriptions/listen` stream on 2026-07-28 servers that announce `tools.listChanged`,
-   and lists every page of tools, all within `startup_timeout_s`;
+   and lists every page of tools, all within `startup_timeout_s`; each tool is checked on the way in
+   (`_schemas.tool_problem` and the SDK's own model) and one that cannot be used is dropped with its
+   reason while the others stay;
 2. serves: a change event (listen stream) or a `notifications/tools/list_changed` message (older
-   protocol versions, through `message_handler`) triggers a full re-list;
+   protocol versions, through `message_handler`) triggers a full re-list; HTTP/SSE connections are
+   probed every `health_interval_s`, and a call that times out is followed by a probe;
 3. ends when the transport closes (the process died, the socket closed), a call finds the connection
-   broken, or the manager closes. The supervisor then restarts with doubling backoff, up to
-   `max_restarts` consecutive tries, and marks the server `failed` after that.
+   broken, probes go unanswered, or the manager closes.
 
-A first start that fails is not retried: the server is `failed` with its reason at once.
+The supervisor never gives up: after a session ends it restarts with exponential backoff and jitter,
+forever. While the circuit is closed (a server that was up died, fewer than `max_restarts` failures in a
+row) the server is `restarting`, keeps its tools in the catalog and calls wait for it. After that, or when
+a server has never come up, the circuit is open: the server is `failed` with its reason and the time of
+the next try, calls fail at once saying when, and each try is a half-open probe that closes the circuit
+when it succeeds. docs/servers.md draws the state machine.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
+import math
 import os
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
+import random
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -33,23 +44,37 @@ import mcp.types as types
 from mcp import Client
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import find_invalid_x_mcp_header
+from mcp.shared.message import SessionMessage
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types import methods as wire_methods
 from pydantic import ValidationError
 
 from ... import __version__
 from ..._config import ServerConfig
 from ..._errors import ServerError, ToolCallTimeout, ToolExecutionError, TransportError
+from ..._telemetry import Telemetry
 from ._cache import ToolListCache
-from ._transports import TransportFactory, default_transport
 from ._normalization import one_line
+from ._schemas import SchemaLimits, tool_problem
+from ._transports import TOO_LONG_MARKER, StdoutLineFault, TransportFactory, default_transport
 
-__all__ = ["ServerConnection", "ServerState", "ServerStatus"]
+__all__ = ["Circuit", "DroppedTool", "ServerConnection", "ServerState", "ServerStatus"]
 
 logger = logging.getLogger(__name__)
 
 STABLE_UPTIME_S = 30.0
-"""A session that stayed up this long before it died starts a fresh restart budget; a server that dies
-sooner after each restart uses up `max_restarts` and ends `failed` instead of flapping forever."""
+"""A session that stayed up this long before it died clears the failure count: its restart is quick
+again. A server that dies sooner after each restart climbs the backoff and opens its circuit instead of
+flapping at the first delay forever."""
+RESTART_DELAY_FLOOR_S = 0.05
+"""Smallest delay between tries even with `restart_backoff_s: 0`, so a crash loop cannot spin a core."""
+BACKOFF_JITTER = 0.2
+"""Each delay is drawn from [80 %, 100 %] of its exponential value, so servers that died together (a
+redeploy, a network blip) do not all retry in the same instant; never above `restart_backoff_max_s`."""
+HEALTH_MISSES_TO_RESTART = 2
+"""Unanswered probes in a row after which an HTTP/SSE connection is restarted; one miss only marks the
+server `degraded` (a busy server may be late once)."""
 MAX_LIST_PAGES = 1000
 """Most `tools/list` pages followed in one listing: a paginator that never ends cannot hang a re-list."""
 RELISTEN_DELAY_S = 0.2
@@ -60,18 +85,53 @@ STDERR_TAIL_BYTES = 8192
 """How much of a stdio server's latest stderr is kept (in memory) to explain why it died."""
 ERROR_LIMIT = 400
 """Longest error message kept per server, one line."""
+DROPPED_IN_ERROR = 3
+"""Dropped tools named in a degraded server's `error` line; `dropped_tools` lists them all."""
+LINE_FAULT_LOG_INTERVAL_S = 60.0
+"""A server's skipped stdout lines are logged at most once per this many seconds (with a count of the
+ones in between), so a server printing a line per request cannot flood the log."""
 CLIENT_INFO = types.Implementation(name="orchestrator", version=__version__)
 
 
 class ServerState(StrEnum):
     STARTING = "starting"
-    """Connecting, listing, or waiting to restart; cached or last known tools are still offered."""
+    """The first start is under way; cached tools (warm start) are offered; calls wait for it."""
     READY = "ready"
     """Connected and listed: calls are routed."""
+    DEGRADED = "degraded"
+    """Connected and calls are routed, but something is wrong: tools were dropped, a health probe went
+    unanswered, or tool changes are no longer followed; `error` says what."""
+    RESTARTING = "restarting"
+    """A server that was up died and is being restarted (circuit closed); its tools stay offered and
+    calls wait for it."""
     FAILED = "failed"
-    """Could not start, or died and used up its restarts; `error` says why."""
+    """Circuit open: it never came up, or its restarts keep failing. `error` says why; it is retried at
+    `next_retry_at`, and calls fail at once saying when. A server that was up keeps its tools offered."""
     STOPPED = "stopped"
     """Closed by the manager, or disabled in the config."""
+
+
+SERVING = (ServerState.READY, ServerState.DEGRADED)
+"""States in which calls are routed."""
+
+
+class Circuit(StrEnum):
+    CLOSED = "closed"
+    """Connected, or restarting quickly after a death: calls wait for the server."""
+    OPEN = "open"
+    """Failing: calls fail at once until the next try."""
+    HALF_OPEN = "half-open"
+    """The next try of an open circuit is under way; it closes the circuit if it comes up."""
+
+
+@dataclass(frozen=True)
+class DroppedTool:
+    """A tool a server listed that could not be offered."""
+
+    name: str
+    """The tool's name, or `#<position>` in the listing when it has no usable name."""
+    reason: str
+    """One line: what is wrong with it (`inputSchema is a string, not an object`...)."""
 
 
 @dataclass(frozen=True)
@@ -82,17 +142,51 @@ class ServerStatus:
     transport: str
     state: ServerState
     tools: int
-    """Tools currently offered (live, or cached while starting); 0 when failed or stopped."""
+    """Tools currently offered (live, cached while starting, last known while restarting or failed after
+    having been up); 0 when never up, or stopped."""
     error: str | None
-    """The last error (why it failed, or why it is restarting); None when all is well."""
+    """Why it failed or is restarting, or what is degraded; None when all is well."""
     listed_at: datetime | None
     """When the tool list was last fetched (or, for a cached list, written); UTC."""
     from_cache: bool
     """True while the tool list comes from the warm-start cache rather than the live server."""
     restarts: int = 0
-    """Consecutive restarts so far (the count starts again after a session that stayed up 30 s)."""
+    """Failures in a row so far (sessions that did not start or did not stay up 30 s)."""
     protocol_version: str | None = None
     """Negotiated MCP protocol version of the current session."""
+    circuit: Circuit = Circuit.CLOSED
+    next_retry_at: datetime | None = None
+    """When the next (re)start is due (UTC); None while connected or while a try is under way."""
+    dropped_tools: tuple[DroppedTool, ...] = ()
+    """Tools of the last listing that could not be offered, each with its reason."""
+    line_faults: Mapping[str, int] = field(default_factory=dict, hash=False)
+    """stdio: stdout lines skipped (or repaired, `invalid_utf8`) since the manager started, by reason."""
+
+    @property
+    def retry_in_s(self) -> float | None:
+        """Seconds until `next_retry_at` (0 when due), or None."""
+        if self.next_retry_at is None:
+            return None
+        return max(0.0, (self.next_retry_at - datetime.now(UTC)).total_seconds())
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready, for `servers --json` and `/health`."""
+        return {
+            "name": self.name,
+            "transport": self.transport,
+            "state": str(self.state),
+            "tools": self.tools,
+            "error": self.error,
+            "circuit": str(self.circuit),
+            "restarts": self.restarts,
+            "next_retry_at": self.next_retry_at.isoformat() if self.next_retry_at else None,
+            "retry_in_s": None if self.retry_in_s is None else round(self.retry_in_s, 1),
+            "dropped_tools": [{"name": tool.name, "reason": tool.reason} for tool in self.dropped_tools],
+            "line_faults": dict(self.line_faults),
+            "listed_at": self.listed_at.isoformat() if self.listed_at else None,
+            "from_cache": self.from_cache,
+            "protocol_version": self.protocol_version,
+        }
 
 
 @dataclass
@@ -112,6 +206,8 @@ class ServerConnection:
         on_change: Callable[[], None],
         cache: ToolListCache | None = None,
         transport_factory: TransportFactory = default_transport,
+        telemetry: Telemetry | None = None,
+        schema_limits: SchemaLimits | None = None,
     ) -> None:
         self.name = name
         self.config = config
@@ -119,6 +215,16 @@ class ServerConnection:
         self.error: str | None = None
         self.restarts = 0
         self.protocol_version: str | None = None
+        self._circuit = Circuit.CLOSED
+        self._next_retry_at: datetime | None = None
+        self._next_retry_time: float | None = None  # the same moment on the event loop's clock
+        self._ever_ready = False
+        self._degraded: dict[str, str] = {}
+        self._dropped: tuple[DroppedTool, ...] = ()
+        self._listing_drops: dict[str, str] = {}
+        self._line_faults: Counter[str] = Counter()
+        self._line_fault_logged_at: dict[str, float] = {}
+        self._line_faults_unlogged: Counter[str] = Counter()
         self._tools: list[dict[str, Any]] | None = None
         self._listed_at: datetime | None = None
         self._from_cache = False
@@ -126,14 +232,19 @@ class ServerConnection:
         self._on_change = on_change
         self._cache = cache
         self._transport_factory = transport_factory
+        self._telemetry = telemetry
+        self._limits = schema_limits or SchemaLimits()
+        self._random = random.Random()
         self._client: Client | None = None
-        self._first_attempt = True
+        self._session_version: str | None = None
+        self._session_tasks: anyio.abc.TaskGroup | None = None
+        self._checking_liveness = False
         self._lost_reason: str | None = None
         self._stderr = bytearray()
         self._stderr_fd: int | None = None
         self._timed_out = False
         self._last_noise: str | None = None
-        # Created in `run` (anyio primitives need a running event loop).
+        # Created in `prepare` (anyio primitives need a running event loop).
         self._settled: anyio.Event | None = None
         self._state_changed: anyio.Event | None = None
         self._lost: anyio.Event | None = None
@@ -144,8 +255,11 @@ class ServerConnection:
     # ------------------------------------------------------------------ views
 
     def visible_tools(self) -> list[dict[str, Any]] | None:
-        """Tools offered to the catalog: live when ready, cached/last known while starting, else None."""
-        if self.state in (ServerState.READY, ServerState.STARTING):
+        """Tools offered to the catalog: live when serving; cached while first starting; the last known list
+        while restarting or failed, once the server has been up (names do not flap); else None."""
+        if self.state in (*SERVING, ServerState.STARTING, ServerState.RESTARTING):
+            return self._tools
+        if self.state is ServerState.FAILED and self._ever_ready:
             return self._tools
         return None
 
@@ -160,13 +274,22 @@ class ServerConnection:
             listed_at=self._listed_at,
             from_cache=self._from_cache and tools is not None,
             restarts=self.restarts,
-            protocol_version=self.protocol_version if self.state is ServerState.READY else None,
+            protocol_version=self.protocol_version if self.state in SERVING else None,
+            circuit=self._circuit,
+            next_retry_at=self._next_retry_at,
+            dropped_tools=self._dropped,
+            line_faults=dict(self._line_faults),
         )
 
     async def wait_settled(self) -> None:
         """Return once the first start has ended, ready or failed."""
         assert self._settled is not None, "run() has not started"
         await self._settled.wait()
+
+    async def wait_state_change(self) -> None:
+        """Return at the next change of state (or of the circuit)."""
+        assert self._state_changed is not None, "run() has not started"
+        await self._state_changed.wait()
 
     # ------------------------------------------------------------------ supervisor
 
@@ -175,9 +298,11 @@ class ServerConnection:
         self._settled = anyio.Event()
         self._state_changed = anyio.Event()
         self._relist = anyio.Event()
+        if self._telemetry is not None:
+            self._telemetry.record_server_state(self.name, str(self.state))
 
     async def run(self) -> None:
-        """Start, serve, and restart with backoff until failed or cancelled (by the manager closing)."""
+        """Start, serve, and restart with backoff until cancelled (by the manager closing)."""
         if self._settled is None:
             self.prepare()
         try:
@@ -187,27 +312,35 @@ class ServerConnection:
             self._set_failed(f"internal error: {_describe(exc)}")
 
     async def _supervise(self) -> None:
-        consecutive = 0
         while True:
             end = await self._session()
             now = anyio.current_time()
-            if self._first_attempt and end.ready_at is None:
-                self._set_failed(end.reason)
-                return
-            self._first_attempt = False
             if end.ready_at is not None and now - end.ready_at >= STABLE_UPTIME_S:
-                consecutive = 0
-            if consecutive >= self.config.max_restarts:
-                tries = f"after {consecutive} restart(s)" if consecutive else "(max_restarts is 0)"
-                self._set_failed(f"{end.reason}; gave up {tries}")
-                return
-            consecutive += 1
-            self.restarts = consecutive
-            delay = self.config.restart_backoff_s * 2 ** (consecutive - 1)
-            attempt = f"{consecutive}/{self.config.max_restarts}"
-            logger.info("server %r: %s; restart %s in %g s", self.name, end.reason, attempt, delay)
-            self._set_state(ServerState.STARTING, f"{end.reason}; restarting ({attempt})")
+                self.restarts = 0
+            self.restarts += 1
+            delay = self._backoff(self.restarts)
+            self._next_retry_time = now + delay
+            self._next_retry_at = datetime.now(UTC) + timedelta(seconds=delay)
+            if self._ever_ready and self.restarts <= self.config.max_restarts:
+                self._circuit = Circuit.CLOSED
+                attempt = f"{self.restarts}/{self.config.max_restarts}"
+                logger.info("server %r: %s; restart %s in %.2g s", self.name, end.reason, attempt, delay)
+                self._set_state(ServerState.RESTARTING, end.reason)
+            else:
+                self._circuit = Circuit.OPEN
+                logger.info("server %r failed: %s; next try in %.2g s", self.name, end.reason, delay)
+                self._set_state(ServerState.FAILED, end.reason)
             await anyio.sleep(delay)
+            self._next_retry_time = self._next_retry_at = None
+            if self._circuit is Circuit.OPEN:
+                self._circuit = Circuit.HALF_OPEN
+                self._notify_state()
+
+    def _backoff(self, failures: int) -> float:
+        """Exponential (`restart_backoff_s` doubling per failure in a row), capped, with downward jitter."""
+        base = max(self.config.restart_backoff_s, RESTART_DELAY_FLOOR_S)
+        delay = min(self.config.restart_backoff_max_s, base * 2.0 ** min(failures - 1, 40))
+        return max(RESTART_DELAY_FLOOR_S, delay * self._random.uniform(1 - BACKOFF_JITTER, 1.0))
 
     async def _session(self) -> _SessionEnd:
         """One connection from start to its end; never raises except on cancellation."""
@@ -218,6 +351,8 @@ class ServerConnection:
         self._timed_out = False
         self._stderr.clear()
         self._last_noise = None
+        self._degraded.pop("probe", None)
+        self._degraded.pop("changes", None)
         timeout = self.config.startup_timeout_s
         try:
             async with anyio.create_task_group() as guard:
@@ -240,19 +375,22 @@ class ServerConnection:
                 end.reason = self._lost_reason or "connection closed"
         finally:
             self._client = None
+            self._session_tasks = None
+            self._session_version = None
             self.protocol_version = None
         return end
 
     async def _startup_watchdog(
-        self, startup: anyio.CancelScope, timeout: float, *, task_status: anyio.abc.TaskStatus[anyio.CancelScope]
+        self, startup: anyio.CancelScope, limit_s: float, *, task_status: anyio.abc.TaskStatus[anyio.CancelScope]
     ) -> None:
-        """Cancel the start after `timeout`; a first start is marked failed before the slow cleanup."""
+        """Cancel the start after `limit_s`; a first start is marked failed before the slow cleanup."""
         with anyio.CancelScope() as scope:
             task_status.started(scope)
-            await anyio.sleep(timeout)
+            await anyio.sleep(limit_s)
             self._timed_out = True
-            if self._first_attempt:
-                self._set_failed(self._timeout_reason(timeout))
+            if self.state is ServerState.STARTING:
+                self._circuit = Circuit.OPEN
+                self._set_failed(self._timeout_reason(limit_s))
             startup.cancel()
 
     async def _connect_and_serve(self, end: _SessionEnd, watchdog: anyio.CancelScope) -> None:
@@ -276,18 +414,21 @@ class ServerConnection:
 
     async def _serve(self, client: Client, end: _SessionEnd, watchdog: anyio.CancelScope) -> None:
         assert self._lost is not None
-        self.protocol_version = client.protocol_version
+        self.protocol_version = self._session_version = client.protocol_version
         async with anyio.create_task_group() as tasks:
             if self._announces_changes(client):
                 await tasks.start(self._follow_subscription, client)
-            tools = await self._list_all(client)
+            tools, dropped = await self._list_all(client)
             if self._timed_out:
                 return  # the watchdog fired as the listing finished: this start has already failed
             watchdog.cancel()
             end.ready_at = anyio.current_time()
             self._client = client
-            self._publish(tools, ServerState.READY)
+            self._session_tasks = tasks
+            self._publish(tools, dropped)
             tasks.start_soon(self._relist_loop, client)
+            if self.config.transport != "stdio" and self.config.health_interval_s > 0:
+                tasks.start_soon(self._health_loop, client)
             await self._lost.wait()
             tasks.cancel_scope.cancel()
 
@@ -295,10 +436,11 @@ class ServerConnection:
 
     @contextlib.asynccontextmanager
     async def _client_for(self, errlog: Any) -> AsyncIterator[Client]:
-        """An entered `mcp.Client` over this server's transport, watching for the transport's end."""
+        """An entered `mcp.Client` over this server's transport, watching for the transport's end and
+        checking each tool of every `tools/list` answer on its way to the SDK."""
         inner = self._transport_factory(self.name, self.config, errlog)
         client = Client(
-            _WatchedTransport(inner, self._transport_closed),
+            _WatchedTransport(inner, self._transport_closed, self._filter_listing),
             message_handler=self._on_message,
             client_info=CLIENT_INFO,
         )
@@ -345,6 +487,71 @@ class ServerConnection:
             del self._stderr[:-STDERR_TAIL_BYTES]
             logger.debug("server %r stderr: %s", self.name, chunk.decode("utf-8", "replace").rstrip())
 
+    # ------------------------------------------------------------------ health
+
+    async def _health_loop(self, client: Client) -> None:
+        """Probe an idle HTTP/SSE connection every `health_interval_s`: a dead or frozen server is noticed
+        without waiting for a call. One miss degrades it; `HEALTH_MISSES_TO_RESTART` in a row restart it."""
+        misses = 0
+        timeout = self.config.health_timeout_s
+        while True:
+            await anyio.sleep(self.config.health_interval_s)
+            problem = await self._probe(client)
+            if problem is None:
+                misses = 0
+                self._set_degraded("probe", None)
+            elif problem == _NO_ANSWER:
+                misses += 1
+                if misses >= HEALTH_MISSES_TO_RESTART:
+                    self._mark_lost(
+                        f"{misses} health probes in a row got no answer within health_timeout_s={timeout:g} s"
+                    )
+                    return
+                self._set_degraded("probe", f"a health probe got no answer within health_timeout_s={timeout:g} s")
+            else:
+                self._mark_lost(f"health probe failed: {problem}")
+                return
+
+    async def _probe(self, client: Client) -> str | None:
+        """One round trip within `health_timeout_s`: None when the server answered (even with an error),
+        `_NO_ANSWER`, or why the connection is broken. `server/discover` on 2026-07-28 sessions (which
+        dropped `ping`), `ping` on older ones."""
+        with anyio.move_on_after(self.config.health_timeout_s):
+            try:
+                if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                    await client.session.send_discover(client.protocol_version)
+                else:
+                    await client.session.send_ping()
+            except MCPError as exc:
+                if exc.code == types.CONNECTION_CLOSED:
+                    return "the connection closed"
+                if exc.code == types.REQUEST_TIMEOUT:
+                    return _NO_ANSWER
+                return None  # an error answer is still an answer
+            except Exception as exc:  # boundary: a broken transport is a reason, not a crash
+                return _describe(exc)
+            return None
+        return _NO_ANSWER
+
+    def _check_liveness(self, client: Client) -> None:
+        """After a call timed out: probe in the background, and restart a connection that stopped answering
+        altogether (a server that no longer reads its input, a wedged socket)."""
+        tasks = self._session_tasks
+        if tasks is None or client is not self._client or self._checking_liveness:
+            return
+        self._checking_liveness = True
+        tasks.start_soon(self._liveness, client)
+
+    async def _liveness(self, client: Client) -> None:
+        try:
+            problem = await self._probe(client)
+        finally:
+            self._checking_liveness = False
+        if problem is not None and client is self._client:
+            timeout = self.config.health_timeout_s
+            detail = f"no answer within health_timeout_s={timeout:g} s" if problem == _NO_ANSWER else problem
+            self._mark_lost(f"the connection stopped answering: a call timed out, then a health probe got {detail}")
+
     # ------------------------------------------------------------------ listing and changes
 
     def _announces_changes(self, client: Client) -> bool:
@@ -359,7 +566,7 @@ class ServerConnection:
         """Hold a `subscriptions/listen` stream for tool changes; re-open it (and re-list) if it drops.
 
         Gives up after `MAX_RELISTENS` drops in a row that delivered no event, so a server that keeps
-        closing its streams cannot cause a re-list storm; its changes are then not followed.
+        closing its streams cannot cause a re-list storm; its changes are then not followed (`degraded`).
         """
         started = False
         drops = 0
@@ -390,16 +597,37 @@ class ServerConnection:
             drops += 1
             if drops >= MAX_RELISTENS:
                 logger.warning("server %r: change stream keeps dropping; tool changes are not followed", self.name)
+                self._set_degraded("changes", "tool changes are not followed: the change stream keeps dropping")
                 return
             await anyio.sleep(RELISTEN_DELAY_S)
 
     async def _on_message(self, message: Any) -> None:
-        """Incoming notifications (older protocol versions) and unparseable output from the server."""
+        """Incoming notifications (older protocol versions) and unusable output from the server."""
         if isinstance(message, types.ToolListChangedNotification):
             self._request_relist()
+        elif isinstance(message, StdoutLineFault):
+            self._note_line_fault(message)
         elif isinstance(message, Exception):
             self._last_noise = _noise_text(message)
             logger.debug("server %r wrote non-MCP output: %s", self.name, self._last_noise)
+
+    def _note_line_fault(self, fault: StdoutLineFault) -> None:
+        """Count a skipped (or repaired) stdout line; log it, at most once per reason and
+        `LINE_FAULT_LOG_INTERVAL_S`, with the count of those not logged in between."""
+        reason = fault.reason
+        self._line_faults[reason] += 1
+        if reason != "invalid_utf8":
+            self._last_noise = fault.excerpt
+        now = anyio.current_time()
+        logged_at = self._line_fault_logged_at.get(reason)
+        if logged_at is not None and now - logged_at < LINE_FAULT_LOG_INTERVAL_S:
+            self._line_faults_unlogged[reason] += 1
+            return
+        unlogged = self._line_faults_unlogged.pop(reason, 0)
+        since = f" ({unlogged} more since the last report)" if unlogged else ""
+        self._line_fault_logged_at[reason] = now
+        level = logging.WARNING if fault.reason in ("too_long", "too_deep") else logging.INFO
+        logger.log(level, "server %r: %s%s", self.name, _LINE_FAULT_TEXT[fault.reason].format(fault=fault), since)
 
     def _request_relist(self) -> None:
         if self._relist is not None:
@@ -412,7 +640,7 @@ class ServerConnection:
             self._relist = anyio.Event()
             try:
                 with anyio.fail_after(self.config.call_timeout_s):
-                    tools = await self._list_all(client)
+                    tools, dropped = await self._list_all(client)
             except TimeoutError:
                 logger.warning("server %r: re-listing tools took over %g s", self.name, self.config.call_timeout_s)
                 continue
@@ -428,10 +656,12 @@ class ServerConnection:
             except Exception as exc:  # boundary: transport failures end the session, not the manager
                 self._mark_lost(f"re-listing tools failed: {_describe(exc)}")
                 return
-            self._publish(tools, ServerState.READY)
+            self._publish(tools, dropped)
 
-    async def _list_all(self, client: Client) -> list[dict[str, Any]]:
-        """Every tool, following `nextCursor` to the end, in wire shape (absent keys omitted)."""
+    async def _list_all(self, client: Client) -> tuple[list[dict[str, Any]], tuple[DroppedTool, ...]]:
+        """Every usable tool, following `nextCursor` to the end, in wire shape (absent keys omitted), and
+        the tools dropped on the way in (`_filter_listing`)."""
+        self._listing_drops = {}
         tools: list[dict[str, Any]] = []
         cursor: str | None = None
         seen: set[str] = set()
@@ -440,11 +670,57 @@ class ServerConnection:
             tools.extend(tool.model_dump(by_alias=True, mode="json", exclude_unset=True) for tool in page.tools)
             cursor = page.next_cursor
             if not cursor:
-                return tools
+                dropped = tuple(DroppedTool(name, reason) for name, reason in self._listing_drops.items())
+                return tools, dropped
             if cursor in seen:
                 raise _ListingError(f"tools/list repeated cursor {cursor!r}")
             seen.add(cursor)
         raise _ListingError(f"tools/list did not end within {MAX_LIST_PAGES} pages")
+
+    def _filter_listing(self, result: dict[str, Any]) -> dict[str, Any]:
+        """One `tools/list` page as the server sent it -> the page with only usable tools.
+
+        Runs on the raw result before the SDK parses it, so one broken tool (a string for `inputSchema`, a
+        recursive `$ref`) no longer fails the whole listing; each dropped tool is remembered with its reason.
+        """
+        tools = result.get("tools")
+        if not isinstance(tools, list):
+            return result  # not a page of tools: the SDK names the problem
+        version = self._session_version
+        rest = {key: value for key, value in result.items() if key != "tools"}
+        kept: list[Any] = []
+        for index, tool in enumerate(tools):
+            tool = _with_object_type(tool)
+            reason = tool_problem(tool, self._limits) or self._wire_problem(tool, rest, version)
+            if reason is None:
+                kept.append(tool)
+            else:
+                name = tool.get("name") if isinstance(tool, Mapping) else None
+                label = name if isinstance(name, str) and name else f"#{index}"
+                self._listing_drops[label] = one_line(reason, ERROR_LIMIT)
+        return {**rest, "tools": kept}
+
+    @staticmethod
+    def _wire_problem(tool: Mapping[str, Any], rest: Mapping[str, Any], version: str | None) -> str | None:
+        """What the SDK itself would refuse in this tool at the negotiated version (its own models, and at
+        2026-07-28 its `x-mcp-header` rule), as one line; None when it accepts it."""
+        if version is None:
+            return None
+        if version in MODERN_PROTOCOL_VERSIONS:
+            invalid = find_invalid_x_mcp_header(dict(tool["inputSchema"]))
+            if invalid is not None:
+                return f"inputSchema has an invalid x-mcp-header: {invalid}"
+        try:
+            wire_methods.validate_server_result("tools/list", version, {**rest, "tools": [tool]})
+        except ValidationError as exc:
+            for error in exc.errors():
+                location = error["loc"]
+                if location[:2] == ("tools", 0) and len(location) > 2:
+                    where = ".".join(str(part) for part in location[2:])
+                    return f"{where}: {error['msg']}"
+        except (KeyError, ValueError):  # an unknown method/version pair: the SDK does not check it either
+            return None
+        return None
 
     # ------------------------------------------------------------------ calls
 
@@ -455,6 +731,7 @@ class ServerConnection:
             with anyio.fail_after(self.config.call_timeout_s):
                 result = await client.call_tool(tool, arguments)
         except TimeoutError:
+            self._check_liveness(client)
             raise ToolCallTimeout(
                 self.name, tool, f"no answer within call_timeout_s={self.config.call_timeout_s:g} s"
             ) from None
@@ -463,10 +740,15 @@ class ServerConnection:
                 reason = self._lost_reason or "the connection closed during the call"
                 self._mark_lost(reason)
                 raise TransportError(self.name, tool, reason) from None
-            message = f"server answered with error {exc.code}: {one_line(exc.message, ERROR_LIMIT)}"
+            if exc.error.data == TOO_LONG_MARKER:
+                message = one_line(exc.message, ERROR_LIMIT)
+            else:
+                message = f"server answered with error {exc.code}: {one_line(exc.message, ERROR_LIMIT)}"
             raise ToolExecutionError(self.name, tool, message, result=_error_result(message)) from None
-        except ValidationError as exc:
-            message = f"server sent an invalid result: {one_line(str(exc), ERROR_LIMIT)}"
+        except (ValidationError, RuntimeError, RecursionError) as exc:
+            # The answer arrived but cannot be used (wrong shape, structured content that misses the
+            # output schema, nested too deep): a problem of this result, not of the connection.
+            message = f"server sent an invalid result: {one_line(str(exc) or type(exc).__name__, ERROR_LIMIT)}"
             raise ToolExecutionError(self.name, tool, message, result=_error_result(message)) from None
         except Exception as exc:  # boundary: broken streams, sockets, HTTP errors
             reason = self._lost_reason or _describe(exc)
@@ -478,20 +760,37 @@ class ServerConnection:
         return result
 
     async def _ready_client(self) -> Client:
-        """The live client; waits (up to `startup_timeout_s` plus the backoff) while (re)starting."""
+        """The live client. While the first start or a quick restart is under way, waits for it (up to
+        `startup_timeout_s` plus the backoff still to run); a failed server (circuit open) answers at once."""
         assert self._state_changed is not None, "the manager has not started"
-        bound = self.config.startup_timeout_s + self.config.restart_backoff_s * 2 ** max(self.restarts, 0)
-        with anyio.move_on_after(bound):
-            while self.state is ServerState.STARTING or (self.state is ServerState.READY and self._client is None):
+        bound = self.config.startup_timeout_s + self._retry_in()
+        deadline = anyio.current_time() + bound
+        while True:
+            client = self._client
+            if self.state in SERVING and client is not None:
+                return client
+            if self.state is ServerState.FAILED:
+                raise ServerError(self.name, f"failed: {self.error}; {self._retry_hint()}")
+            if self.state is ServerState.STOPPED:
+                raise ServerError(self.name, "stopped")
+            remaining = deadline - anyio.current_time()
+            if remaining <= 0:
+                break
+            with anyio.move_on_after(remaining):
                 await self._state_changed.wait()
-        client = self._client
-        if self.state is ServerState.READY and client is not None:
-            return client
-        if self.state is ServerState.FAILED:
-            raise ServerError(self.name, f"failed: {self.error}")
-        if self.state is ServerState.STOPPED:
-            raise ServerError(self.name, "stopped")
+        if self.state is ServerState.RESTARTING:
+            raise ServerError(self.name, f"restarting ({self.error}); {self._retry_hint()}")
         raise ServerError(self.name, f"not ready after {bound:g} s (still starting: {self.error or 'connecting'})")
+
+    def _retry_in(self) -> float:
+        if self._next_retry_time is None:
+            return 0.0
+        return max(0.0, self._next_retry_time - anyio.current_time())
+
+    def _retry_hint(self) -> str:
+        if self._next_retry_time is None:
+            return "retrying now"
+        return f"retry in {max(1, math.ceil(self._retry_in()))} s"
 
     # ------------------------------------------------------------------ state
 
@@ -504,11 +803,22 @@ class ServerConnection:
         self._from_cache = True
         self._published = entry.tools
 
-    def _publish(self, tools: list[dict[str, Any]], state: ServerState) -> None:
+    def _publish(self, tools: list[dict[str, Any]], dropped: tuple[DroppedTool, ...]) -> None:
+        for tool in [tool for tool in dropped if tool not in self._dropped]:  # once, not on every re-list
+            logger.info("server %r: tool %r dropped: %s", self.name, tool.name, tool.reason)
         self._tools = tools
+        self._dropped = dropped
         self._listed_at = datetime.now(UTC)
         self._from_cache = False
-        self._set_state(state, None)
+        self._ever_ready = True
+        self._circuit = Circuit.CLOSED
+        self._next_retry_time = self._next_retry_at = None
+        self._degraded.pop("tools", None)
+        if dropped:
+            named = "; ".join(f"{tool.name} ({tool.reason})" for tool in dropped[:DROPPED_IN_ERROR])
+            more = f"; and {len(dropped) - DROPPED_IN_ERROR} more" if len(dropped) > DROPPED_IN_ERROR else ""
+            self._degraded["tools"] = f"{len(dropped)} tool(s) dropped: {named}{more}"
+        self._set_serving()
         if self._cache is not None:
             try:
                 self._cache.store(self.name, self.config, tools, written_at=self._listed_at)
@@ -516,18 +826,44 @@ class ServerConnection:
                 where = self._cache.directory
                 logger.warning("server %r: cannot write the tool cache in %s: %s", self.name, where, exc)
 
+    def _set_degraded(self, cause: str, problem: str | None) -> None:
+        """Record (or clear, with None) one reason the connected server is degraded."""
+        if problem is None:
+            if self._degraded.pop(cause, None) is None:
+                return
+        elif self._degraded.get(cause) == problem:
+            return
+        else:
+            self._degraded[cause] = problem
+        self._set_serving()
+
+    def _set_serving(self) -> None:
+        if self._client is None or self.state is ServerState.STOPPED:
+            return  # not connected: the supervisor decides the state
+        if self._degraded:
+            self._set_state(ServerState.DEGRADED, "; ".join(self._degraded.values()))
+        else:
+            self._set_state(ServerState.READY, None)
+
     def _set_state(self, state: ServerState, error: str | None) -> None:
+        previous = self.state
         self.state = state
         self.error = None if error is None else one_line(error, ERROR_LIMIT)
-        if state in (ServerState.READY, ServerState.FAILED) and self._settled is not None:
+        if state in (*SERVING, ServerState.FAILED) and self._settled is not None:
             self._settled.set()
-        if self._state_changed is not None:
-            event, self._state_changed = self._state_changed, anyio.Event()
-            event.set()
+        self._notify_state()
+        if state is not previous and self._telemetry is not None:
+            self._telemetry.record_server_state(self.name, str(state))
         visible = self.visible_tools()
         if visible != self._published and state is not ServerState.STOPPED:
             self._published = visible
             self._on_change()
+
+    def _notify_state(self) -> None:
+        """Wake the calls waiting for this server to change state."""
+        if self._state_changed is not None:
+            event, self._state_changed = self._state_changed, anyio.Event()
+            event.set()
 
     def _set_failed(self, reason: str) -> None:
         if self.state is not ServerState.FAILED:
@@ -537,6 +873,7 @@ class ServerConnection:
     def set_stopped(self) -> None:
         """Mark the server stopped (the manager closed); keeps the last error for the record."""
         self._client = None
+        self._next_retry_time = self._next_retry_at = None
         self._set_state(ServerState.STOPPED, self.error if self.state is ServerState.FAILED else None)
 
     def _mark_lost(self, reason: str) -> None:
@@ -545,6 +882,8 @@ class ServerConnection:
         self._lost_reason = reason
         self._client = None  # new calls wait for the restart instead of hitting the dying session
         self._lost.set()
+        if self.state in SERVING:  # say so now: closing the old session may take a moment
+            self._set_state(ServerState.RESTARTING, reason)
 
     # ------------------------------------------------------------------ explanations
 
@@ -574,9 +913,32 @@ class ServerConnection:
             return f"HTTP {leaf.response.status_code} from {leaf.request.url}"
         if isinstance(leaf, httpx2.HTTPError):
             return f"cannot reach {config.url}: {_describe(leaf)}"
+        if isinstance(leaf, _ListingError):
+            return str(leaf)
         if isinstance(leaf, MCPError):
             return f"initialization failed: {_describe(leaf)}" if not started else _describe(leaf)
         return _describe(leaf) + (self._stderr_hint() if config.transport == "stdio" else "")
+
+
+_NO_ANSWER = "no answer"
+"""`_probe`'s verdict for a probe that timed out (the connection may still be alive, just not answering)."""
+
+_LINE_FAULT_TEXT = {
+    "not_json": "skipped a stdout line that is not JSON: {fault.excerpt}",
+    "not_jsonrpc": "skipped a stdout line that is not a JSON-RPC message: {fault.excerpt}",
+    "too_long": "dropped a stdout line longer than max_message_bytes ({fault.size} bytes read): {fault.excerpt}",
+    "too_deep": "skipped a stdout line nested too deeply to parse: {fault.excerpt}",
+    "invalid_utf8": "replaced invalid UTF-8 in a stdout line: {fault.excerpt}",
+}
+"""How each `StdoutLineFault` reason is logged."""
+
+
+def _with_object_type(tool: Any) -> Any:
+    """The tool with `"type": "object"` added to an `inputSchema` that has no `type` (MCP requires it; some
+    published servers leave it out, and `tools/call` arguments are an object anyway)."""
+    if isinstance(tool, Mapping) and isinstance(tool.get("inputSchema"), Mapping) and "type" not in tool["inputSchema"]:
+        return {**tool, "inputSchema": {"type": "object", **tool["inputSchema"]}}
+    return tool
 
 
 class _ListingError(Exception):
@@ -584,29 +946,82 @@ class _ListingError(Exception):
 
 
 class _WatchedTransport:
-    """Wraps a transport so the end of its read stream (EOF: process exited, socket closed) is noticed.
+    """Wraps a transport so the end of its read stream (EOF: process exited, socket closed) is noticed, and
+    each `tools/list` result passes through `filter_listing` before the SDK parses it.
 
-    Without this a dead server with no request in flight would go unnoticed until the next call.
+    Without the first a dead server with no request in flight would go unnoticed until the next call;
+    without the second one unusable tool fails the SDK's parsing of the whole page.
     """
 
-    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+    def __init__(
+        self, inner: Any, on_end: Callable[[], None], filter_listing: Callable[[dict[str, Any]], dict[str, Any]]
+    ) -> None:
         self._inner = inner
         self._on_end = on_end
+        self._filter_listing = filter_listing
+        self._listings: set[Any] = set()
+        """Ids of the `tools/list` requests sent and not yet answered."""
 
     async def __aenter__(self) -> tuple[Any, Any]:
         read_stream, write_stream = await self._inner.__aenter__()
-        return _WatchedReadStream(read_stream, self._on_end), write_stream
+        return _WatchedReadStream(read_stream, self._on_end, self._incoming), _WatchedWriteStream(
+            write_stream, self._outgoing
+        )
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
-        return await self._inner.__aexit__(*exc_info)
+        suppressed: bool | None = await self._inner.__aexit__(*exc_info)
+        return suppressed
+
+    def _outgoing(self, item: Any) -> None:
+        message = getattr(item, "message", None)
+        if isinstance(message, types.JSONRPCRequest) and message.method == "tools/list":
+            self._listings.add(message.id)
+
+    def _incoming(self, item: Any) -> Any:
+        if not self._listings or not isinstance(item, SessionMessage):
+            return item
+        message = item.message
+        if isinstance(message, types.JSONRPCError):
+            self._listings.discard(message.id)
+        elif isinstance(message, types.JSONRPCResponse) and message.id in self._listings:
+            self._listings.discard(message.id)
+            filtered = self._filter_listing(message.result)
+            return dataclasses.replace(item, message=message.model_copy(update={"result": filtered}))
+        return item
+
+
+class _WatchedWriteStream:
+    """A write stream that shows each outgoing message to `on_send` first."""
+
+    def __init__(self, inner: Any, on_send: Callable[[Any], None]) -> None:
+        self._inner = inner
+        self._on_send = on_send
+
+    async def send(self, item: Any) -> None:
+        self._on_send(item)
+        await self._inner.send(item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def close(self) -> None:
+        self._inner.close()
+
+    async def __aenter__(self) -> _WatchedWriteStream:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
 
 
 class _WatchedReadStream:
-    """A read stream that calls `on_end` once when it reaches its end or is closed under the reader."""
+    """A read stream that passes each item through `transform` and calls `on_end` once when it reaches its
+    end or is closed under the reader."""
 
-    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+    def __init__(self, inner: Any, on_end: Callable[[], None], transform: Callable[[Any], Any]) -> None:
         self._inner = inner
         self._on_end = on_end
+        self._transform = transform
 
     @property
     def last_context(self) -> Any:
@@ -614,10 +1029,11 @@ class _WatchedReadStream:
 
     async def receive(self) -> Any:
         try:
-            return await self._inner.receive()
+            item = await self._inner.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._on_end()
             raise
+        return self._transform(item)
 
     def __aiter__(self) -> _WatchedReadStream:
         return self

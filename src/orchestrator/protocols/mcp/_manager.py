@@ -10,7 +10,9 @@ the manager (normally, on an error, or on Ctrl-C/cancellation) cancels that grou
 child process it started. Enter and exit the manager in the same task.
 
 `version` rises whenever any server's offered tool list changes (a re-list after `list_changed`, a
-server becoming ready or failing); listeners registered with `add_listener` hear every new version.
+server coming up, a server that never came up failing); listeners registered with `add_listener` hear
+every new version. A server that dies is restarted with backoff, forever, and keeps its tools in the
+catalog meanwhile, so names and plans do not flap (docs/servers.md: states, backoff, circuit breaker).
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ from ..._errors import ServerError, ToolCallTimeout, ToolExecutionError, Transpo
 from ..._telemetry import CallResult, Telemetry
 from ._cache import ToolListCache
 from ._catalog import ToolCatalog
-from ._connection import ServerConnection, ServerState, ServerStatus
+from ._connection import SERVING, Circuit, DroppedTool, ServerConnection, ServerState, ServerStatus
+from ._schemas import SchemaLimits
 from ._transports import TransportFactory, default_transport
 
-__all__ = ["Listener", "MCPManager", "ServerState", "ServerStatus"]
+__all__ = ["Circuit", "DroppedTool", "Listener", "MCPManager", "ServerState", "ServerStatus"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,14 +79,22 @@ class MCPManager:
                 raise ServerError(name, f"not configured (no mcp.servers.{name}); known: {_known(configured)}")
         self._configs = {name: configured[name] for name in names}
         self._replicas = mcp_settings.replica_groups()
+        self._description_limit = mcp_settings.max_description_chars
         self._wait = wait
         self._cache = ToolListCache(mcp_settings.tool_cache_dir()) if mcp_settings.warm_start else None
         self.telemetry = telemetry if telemetry is not None else Telemetry()
         self._catalog: ToolCatalog | None = None
         self._catalog_version = -1
+        limits = SchemaLimits(max_depth=mcp_settings.schema_max_depth, max_bytes=mcp_settings.schema_max_bytes)
         self._connections = {
             name: ServerConnection(
-                name, config, on_change=self._bump, cache=self._cache, transport_factory=transport_factory
+                name,
+                config,
+                on_change=self._bump,
+                cache=self._cache,
+                transport_factory=transport_factory,
+                telemetry=self.telemetry,
+                schema_limits=limits,
             )
             for name, config in self._configs.items()
             if config.enabled
@@ -106,6 +117,9 @@ class MCPManager:
         await task_group.__aenter__()
         self._task_group = task_group
         try:
+            for name in self._configs:
+                if name not in self._connections:
+                    self.telemetry.record_server_state(name, str(ServerState.STOPPED))  # disabled
             for connection in self._connections.values():
                 connection.prepare()
                 task_group.start_soon(connection.run, name=f"mcp-server:{connection.name}")
@@ -149,8 +163,9 @@ class MCPManager:
     def tool_lists(self) -> dict[str, list[dict[str, Any]]]:
         """Server name -> its tools in `tools/list` wire shape, untouched; sorted by server name.
 
-        Ready servers give their live list; servers still starting give their cached (or last known)
-        list; failed, stopped and disabled servers are absent.
+        Ready and degraded servers give their live list; a server starting for the first time its cached
+        list; a server restarting, or failed after having been up, its last known list (calls to it fail
+        with the time of the next try); servers that never came up, stopped and disabled ones are absent.
         """
         lists: dict[str, list[dict[str, Any]]] = {}
         for name in sorted(self._connections):
@@ -163,7 +178,9 @@ class MCPManager:
         """The normalized catalog of every offered tool, rebuilt only when `version` has moved."""
         version = self._version
         if self._catalog is None or self._catalog_version != version:
-            self._catalog = ToolCatalog.from_lists(self.tool_lists(), self._replicas)
+            self._catalog = ToolCatalog.from_lists(
+                self.tool_lists(), self._replicas, description_limit=self._description_limit
+            )
             self._catalog_version = version
         return self._catalog
 
@@ -188,22 +205,38 @@ class MCPManager:
                 )
         return statuses
 
+    async def wait_for_state(self, server: str, *states: ServerState, timeout: float) -> ServerStatus:  # noqa: ASYNC109
+        """Wait until `server` is in one of `states` and return its status (at once if it already is).
+
+        Raises:
+            ServerError: `server` is not a running server of this manager.
+            TimeoutError: it did not get there within `timeout` seconds.
+        """
+        connection = self._connection(server)
+        with anyio.fail_after(timeout):
+            while connection.state not in states:
+                await connection.wait_state_change()
+        return connection.status()
+
     def is_ready(self, server: str) -> bool:
+        """Whether calls to `server` are routed now (`ready`, or `degraded`: connected with a problem)."""
         connection = self._connections.get(server)
-        return connection is not None and connection.state is ServerState.READY
+        return connection is not None and connection.state in SERVING
 
     # ------------------------------------------------------------------ calls
 
     async def call_tool(self, server: str, tool: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
-        """Call `tool` on `server` within its `call_timeout_s`; waits for a server that is (re)starting.
+        """Call `tool` on `server` within its `call_timeout_s`; waits for a server that is starting or
+        restarting quickly; a failed server (circuit open) answers at once with the time of its next try.
 
         Returns:
             The result (never one with `is_error`: that raises `ToolExecutionError`).
 
         Raises:
-            ServerError: the server is unknown, disabled, failed, stopped, or not up within its
-                `startup_timeout_s`.
-            ToolCallTimeout: no answer within `call_timeout_s`.
+            ServerError: the server is unknown, disabled, stopped, failed (`failed: <reason>; retry in N s`),
+                or not up within its `startup_timeout_s` (`restarting (<reason>); retry in N s`).
+            ToolCallTimeout: no answer within `call_timeout_s`; a probe then checks the connection and
+                restarts it if it no longer answers at all.
             ToolExecutionError: the tool reported an error (`.result` holds the isError result), or the
                 server answered the request with a JSON-RPC error.
             TransportError: the connection broke during the call (for example the process died); the

@@ -1,28 +1,86 @@
 """How a connection reaches its server: the transport factory the manager takes.
 
-`default_transport` opens what `mcp.servers.<name>` configures (a stdio child process, streamable HTTP
-or SSE) with the `mcp` SDK's own clients. Tests hand the manager another factory, for example one that
-returns the SDK's in-memory transport to an in-process server, and keep real subprocesses for the
-crash, hang and signal tests.
+`default_transport` opens what `mcp.servers.<name>` configures: streamable HTTP and SSE through the `mcp`
+SDK's own clients, and stdio through `stdio_transport` below, which replaces the SDK's stdio client
+because a real server's stdout is not always clean and the SDK's reader is not built for that:
+
+- it decodes strictly, so one invalid UTF-8 byte ends its reader while the process lives on (the
+  connection looks up, and every later call waits out its timeout); here bad bytes become U+FFFD;
+- it logs a traceback for every non-JSON line (a server's banner or a stray `print`); here such a line
+  is skipped and reported once to the connection, which logs it rate-limited;
+- it joins chunks into a growing string until a newline comes, so a 32 MB line costs quadratic time
+  and memory before it is parsed; here a line longer than `max_message_bytes` is dropped as it streams
+  in, and if it begins like a response, its request fails at once instead of waiting for a timeout;
+- pydantic's JSON parser refuses nesting past ~200 levels, which turns a valid `tools/list` holding one
+  deeply nested schema into "non-MCP output"; here such a line is parsed again with the standard
+  library, so the listing arrives and the one tool is dropped with its reason;
+- it ends a server's process group only when the server itself lingers, so a child a server leaves
+  behind outlives it; here the whole group is ended every time a server stops.
+
+The messages themselves still go through the SDK's client and session unchanged. Tests hand the manager
+another factory, for example one that returns the SDK's in-memory transport to an in-process server.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
+import sys
 from collections.abc import AsyncIterator
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, TextIO, cast
 
+import anyio
+import anyio.abc
+import mcp.types as types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client import Transport
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
 
 from ..._config import ServerConfig
+from ._normalization import one_line
 
-__all__ = ["HTTP_CONNECT_TIMEOUT_S", "SSE_READ_TIMEOUT_S", "TransportFactory", "default_transport"]
+__all__ = [
+    "HTTP_CONNECT_TIMEOUT_S",
+    "LINE_FAULT_REASONS",
+    "SSE_READ_TIMEOUT_S",
+    "TOO_LONG_MARKER",
+    "StdoutLineFault",
+    "TransportFactory",
+    "default_transport",
+    "stdio_transport",
+]
 
 HTTP_CONNECT_TIMEOUT_S = 10.0
 """Connect/write/pool bound for HTTP and SSE; the whole start is bounded by `startup_timeout_s` anyway."""
 SSE_READ_TIMEOUT_S = 3600.0
 """Silence on an SSE stream before it counts as dead; servers ping every ~15 s, listen streams idle long."""
+PROCESS_EXIT_TIMEOUT_S = 2.0
+"""Grace for a stdio server to exit by itself once its stdin is closed (the MCP shutdown sequence)."""
+GROUP_KILL_TIMEOUT_S = 2.0
+"""Between SIGTERM and SIGKILL to a server's process group."""
+REAP_TIMEOUT_S = 2.0
+"""For the event loop to see a killed server exit; only an unkillable process runs this out."""
+WRITER_FLUSH_TIMEOUT_S = 0.5
+"""For messages already accepted to reach the server's stdin before it is closed."""
+EXIT_POLL_S = 0.01
+"""How often the exit of a stopping server is checked."""
+READ_CHUNK_BYTES = 65536
+"""One read from the server's stdout."""
+HEAD_BYTES = 4096
+"""How much of a too-long line is kept to find the id of the request it answers."""
+EXCERPT_CHARS = 80
+"""Characters of a skipped line quoted in logs and errors."""
+TOO_LONG_MARKER = "orchestrator:line_too_long"
+"""`error.data` of the error that stands in for a response dropped for its size (`call_tool` names it)."""
+
+LINE_FAULT_REASONS = ("not_json", "not_jsonrpc", "too_long", "too_deep", "invalid_utf8")
+"""Why a stdout line was skipped (`invalid_utf8`: repaired with U+FFFD and used)."""
+
+_RESPONSE_HEAD = re.compile(rb'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?\d{1,18}|"[^"\\]{0,200}")\s*,')
+"""The start of a JSON-RPC message whose id comes first (or right after `jsonrpc`), as every SDK writes it."""
 
 
 class TransportFactory(Protocol):
@@ -34,13 +92,239 @@ class TransportFactory(Protocol):
     def __call__(self, name: str, config: ServerConfig, errlog: IO[str] | None) -> Transport: ...
 
 
+class StdoutLineFault(Exception):
+    """A stdout line the reader skipped (or repaired): handed to the session like a transport error, so
+    the client's `message_handler` hears of it; never raised."""
+
+    def __init__(self, reason: str, excerpt: str, size: int) -> None:
+        super().__init__(f"{reason}: {excerpt}")
+        self.reason = reason
+        """One of LINE_FAULT_REASONS."""
+        self.excerpt = excerpt
+        """The start of the line, one line, quoted."""
+        self.size = size
+        """Bytes in the line (for `too_long`: how many had arrived when it was dropped)."""
+
+
 def default_transport(name: str, config: ServerConfig, errlog: IO[str] | None) -> Transport:
-    """The configured transport: `stdio`, `http` (streamable HTTP) or `sse`, through the `mcp` SDK."""
-    return _open(config, errlog)
+    """The configured transport: `stdio` (`stdio_transport`), `http` (streamable HTTP) or `sse`."""
+    if config.transport == "stdio" and sys.platform != "win32":
+        return stdio_transport(config, errlog)
+    return _open_sdk(config, errlog)
 
 
 @contextlib.asynccontextmanager
-async def _open(config: ServerConfig, errlog: IO[str] | None) -> AsyncIterator[Any]:
+async def stdio_transport(config: ServerConfig, errlog: IO[str] | None) -> AsyncIterator[tuple[Any, Any]]:
+    """Start the server as a child in its own session and process group; exchange JSON-RPC lines with it.
+
+    On exit (shielded from cancellation): stdin is closed, the server gets `PROCESS_EXIT_TIMEOUT_S` to
+    exit, then its whole process group gets SIGTERM and, `GROUP_KILL_TIMEOUT_S` later, SIGKILL; the group
+    is ended even when the server exited by itself, so children it left behind go with it.
+    """
+    process = await anyio.open_process(
+        [config.launch_command(), *config.args],
+        env={**os.environ, **config.env},
+        cwd=config.cwd,
+        stderr=errlog if errlog is not None else sys.stderr,
+        start_new_session=True,
+    )
+    # No await between the spawn and the `try`: a cancellation in that gap would leak the process.
+    read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+    writer_done = anyio.Event()
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(_read_stdout, process, read_writer, config.max_message_bytes)
+            tasks.start_soon(_write_stdin, process, write_reader, read_writer, writer_done)
+            try:
+                yield read_stream, write_stream
+            finally:
+                with anyio.CancelScope(shield=True):
+                    read_stream.close()  # the reader keeps draining stdout so a blocked server can exit
+                    write_stream.close()
+                    with anyio.move_on_after(WRITER_FLUSH_TIMEOUT_S):
+                        await writer_done.wait()
+                    await _stop(process)
+                tasks.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:  # the task group never started: still end the process
+                await _stop(process)
+            for stream in (read_stream, write_stream, read_writer, write_reader):
+                await stream.aclose()
+            _close_pipes(process)
+
+
+async def _read_stdout(
+    process: anyio.abc.Process, sink: MemoryObjectSendStream[SessionMessage | Exception], limit: int
+) -> None:
+    """Split stdout into lines and hand each parsed message (or fault) to the session; drain after it left."""
+    assert process.stdout is not None
+    lines = _LineReader(limit)
+    forwarding = True
+    try:
+        while True:
+            try:
+                chunk = await process.stdout.receive(READ_CHUNK_BYTES)
+            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                return
+            for item in lines.feed(chunk):
+                if not forwarding:
+                    break
+                try:
+                    await sink.send(item)
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    forwarding = False  # the session is gone; keep reading so the server never blocks on a full pipe
+    finally:
+        sink.close()  # end of stream: the session sees the connection close
+
+
+async def _write_stdin(
+    process: anyio.abc.Process,
+    source: MemoryObjectReceiveStream[SessionMessage],
+    reader_sink: MemoryObjectSendStream[SessionMessage | Exception],
+    done: anyio.Event,
+) -> None:
+    assert process.stdin is not None
+    try:
+        async with source:
+            async for message in source:
+                data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                await process.stdin.send((data + "\n").encode("utf-8", "replace"))
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+        # The server stopped reading (or exited): end the session instead of leaving requests waiting.
+        await reader_sink.aclose()
+    finally:
+        done.set()
+
+
+async def _stop(process: anyio.abc.Process) -> None:
+    """The MCP shutdown sequence, then the end of the server's whole process group."""
+    from mcp.os.posix.utilities import terminate_posix_process_tree
+
+    if process.stdin is not None:
+        with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await process.stdin.aclose()
+    await _exited(process, PROCESS_EXIT_TIMEOUT_S)
+    # The server's pid is its group id (start_new_session); the group outlives it while a child it left
+    # behind is alive, and ESRCH tells us the group is already empty.
+    await terminate_posix_process_tree(process, GROUP_KILL_TIMEOUT_S)
+    await _exited(process, REAP_TIMEOUT_S)
+
+
+async def _exited(process: anyio.abc.Process, within_s: float) -> bool:
+    """Whether the server exited within `within_s`; polls `returncode` (`wait()` also waits for pipe EOF,
+    which a surviving child holding the pipe would delay)."""
+    deadline = anyio.current_time() + within_s
+    while process.returncode is None:
+        if anyio.current_time() >= deadline:
+            return False
+        await anyio.sleep(EXIT_POLL_S)
+    return True
+
+
+def _close_pipes(process: anyio.abc.Process) -> None:
+    """Close the asyncio subprocess transport, which otherwise stays open (and warns at garbage collection)
+    while a survivor holds a pipe; nothing public exposes it."""
+    transport = getattr(getattr(process, "_process", None), "_transport", None)
+    close = getattr(transport, "close", None)
+    if callable(close):
+        with contextlib.suppress(PermissionError):
+            close()
+
+
+class _LineReader:
+    """Bytes in, parsed messages and faults out, one line at a time, never holding more than `limit` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._buffer = bytearray()
+        self._discarding = False
+
+    def feed(self, chunk: bytes) -> list[SessionMessage | Exception]:
+        items: list[SessionMessage | Exception] = []
+        start = 0
+        while start <= len(chunk):
+            newline = chunk.find(b"\n", start)
+            end = len(chunk) if newline < 0 else newline
+            if not self._discarding:
+                self._buffer += chunk[start:end]
+                if len(self._buffer) > self._limit:
+                    items.extend(self._drop_too_long())
+            if newline < 0:
+                return items
+            if self._discarding:
+                self._discarding = False
+            else:
+                line, self._buffer = bytes(self._buffer), bytearray()
+                items.extend(_parse_line(line))
+            start = newline + 1
+        return items
+
+    def _drop_too_long(self) -> list[SessionMessage | Exception]:
+        """Drop the line being read (its rest is skipped as it arrives); fail the request it answers."""
+        head = bytes(self._buffer[:HEAD_BYTES])
+        size = len(self._buffer)
+        self._buffer = bytearray()
+        self._discarding = True
+        fault = StdoutLineFault("too_long", _excerpt(head), size)
+        items: list[SessionMessage | Exception] = [fault]
+        match = _RESPONSE_HEAD.match(head)
+        if match is not None:
+            request_id: int | str = json.loads(match.group(1))
+            error = types.ErrorData(
+                code=types.INTERNAL_ERROR,
+                message=f"the server's response is longer than max_message_bytes={self._limit} and was dropped",
+                data=TOO_LONG_MARKER,
+            )
+            items.append(SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)))
+        return items
+
+
+def _parse_line(raw: bytes) -> list[SessionMessage | Exception]:
+    """One line as a message, plus a fault when it had to be repaired; only a fault when it is skipped."""
+    raw = raw.strip()
+    if not raw:
+        return []
+    items: list[SessionMessage | Exception] = []
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("utf-8", "replace")
+        items.append(StdoutLineFault("invalid_utf8", _excerpt(text), len(raw)))
+    try:
+        message = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        if first["type"] != "json_invalid":
+            return [*items, StdoutLineFault("not_jsonrpc", _excerpt(text), len(raw))]
+        if "recursion limit" not in str(first.get("msg", "")):
+            return [*items, StdoutLineFault("not_json", _excerpt(text), len(raw))]
+        parsed = _parse_deep(text)
+        if parsed is None:
+            return [*items, StdoutLineFault("too_deep", _excerpt(text), len(raw))]
+        message = parsed
+    return [*items, SessionMessage(message)]
+
+
+def _parse_deep(text: str) -> Any:
+    """A message nested deeper than pydantic's JSON parser allows, through the standard library's parser
+    (its limit is the interpreter's recursion limit, ~1000 levels); None when that fails too."""
+    try:
+        return types.jsonrpc_message_adapter.validate_python(json.loads(text), by_name=False)
+    except (ValueError, RecursionError):  # ValidationError is a ValueError
+        return None
+
+
+def _excerpt(text: str | bytes) -> str:
+    if isinstance(text, bytes):
+        text = text[: EXCERPT_CHARS * 4].decode("utf-8", "replace")
+    return repr(one_line(text[: EXCERPT_CHARS * 4], EXCERPT_CHARS))
+
+
+@contextlib.asynccontextmanager
+async def _open_sdk(config: ServerConfig, errlog: IO[str] | None) -> AsyncIterator[Any]:
+    """HTTP and SSE (and stdio on Windows) through the SDK's own clients."""
     if config.transport == "stdio":
         from mcp import StdioServerParameters
         from mcp.client.stdio import stdio_client
@@ -50,8 +334,10 @@ async def _open(config: ServerConfig, errlog: IO[str] | None) -> AsyncIterator[A
             args=list(config.args),
             env={**os.environ, **config.env},
             cwd=config.cwd,
+            encoding_error_handler="replace",
         )
-        async with stdio_client(params, errlog=errlog) if errlog is not None else stdio_client(params) as streams:
+        stdio = stdio_client(params, errlog=cast(TextIO, errlog)) if errlog is not None else stdio_client(params)
+        async with stdio as streams:
             yield streams
     elif config.transport == "http":
         import httpx2

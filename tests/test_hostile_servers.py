@@ -1,0 +1,484 @@
+"""Faulty and hostile MCP servers (issue 14): the manager recovers, isolates the bad part, and never wedges.
+
+Real server processes: `tests/servers/hostile.py` (raw JSON-RPC that misbehaves on request, starts in
+~50 ms) and `basic.py` over streamable HTTP for the network cases. Backoffs are small so each test is
+bounded; the two HTTP outage tests take a few seconds each and are marked `slow`. The recovery figures
+(time to recover after the server comes back, calls lost during the outage) are printed; run with `-s`
+to see them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from orchestrator import Telemetry
+from orchestrator._config import MCPSettings, ServerConfig
+from orchestrator._errors import ServerError, ToolCallTimeout, ToolExecutionError, TransportError
+from orchestrator.protocols.mcp._connection import Circuit, DroppedTool
+from orchestrator.protocols.mcp._manager import MCPManager, ServerState
+
+from .conftest import _read_port, server_script, stdio_server_config
+from .test_manager import _alive, _live_descendants
+
+FAST = {"restart_backoff_s": 0.05, "restart_backoff_max_s": 0.5, "startup_timeout_s": 10.0}
+"""Small backoffs keep every restart in these tests well under a second."""
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def hostile(*args: str, **overrides: Any) -> ServerConfig:
+    return stdio_server_config("hostile.py", *args, **{**FAST, **overrides})
+
+
+def settings(tmp_path: Path, **servers: ServerConfig) -> MCPSettings:
+    return MCPSettings(cache_dir=tmp_path, servers=servers)
+
+
+# --------------------------------------------------------------------------- tolerant reading
+
+
+@pytest.mark.anyio
+async def test_stray_prints_are_skipped_counted_and_logged_once_without_a_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with MCPManager(settings(tmp_path, h=hostile("--stray-print"))) as manager:
+        with anyio.fail_after(10):
+            for _ in range(2):
+                assert (await manager.call_tool("h", "print_line", {})).content[0].text == "printed"
+            assert (await manager.call_tool("h", "echo", {"text": "still here"})).content[0].text == "still here"
+        status = manager.status()[0]
+    assert status.state is ServerState.READY
+    assert status.line_faults == {"not_json": 4}  # the banner, a log line, and one per print_line call
+    skipped = [r for r in caplog.records if "skipped a stdout line that is not JSON" in r.getMessage()]
+    assert len(skipped) == 1  # rate-limited: one line per reason and minute
+    assert "hostile server v0.1 starting" in skipped[0].getMessage()
+    assert not [r for r in caplog.records if r.exc_info]  # no tracebacks anywhere (the SDK logged one per line)
+
+
+@pytest.mark.anyio
+async def test_invalid_utf8_in_an_answer_is_replaced_and_the_server_keeps_working(tmp_path: Path) -> None:
+    async with MCPManager(settings(tmp_path, h=hostile(call_timeout_s=5))) as manager:
+        with anyio.fail_after(10):
+            answer = await manager.call_tool("h", "bad_utf8", {})
+            after = await manager.call_tool("h", "echo", {"text": "next"})
+        status = manager.status()[0]
+    assert answer.content[0].text == "caf\ufffd \ufffd\ufffd"
+    assert after.content[0].text == "next"
+    assert (status.state, status.line_faults) == (ServerState.READY, {"invalid_utf8": 1})
+
+
+@pytest.mark.anyio
+async def test_a_32_mb_line_does_not_delay_startup_and_an_oversized_answer_fails_only_its_call(
+    tmp_path: Path,
+) -> None:
+    started = time.perf_counter()
+    async with MCPManager(settings(tmp_path, h=hostile("--huge-line-mb", "32"))) as manager:
+        up_in = time.perf_counter() - started
+        assert manager.status()[0].state is ServerState.READY
+        with anyio.fail_after(10):
+            called = time.perf_counter()
+            with pytest.raises(ToolExecutionError, match=r"longer than max_message_bytes=16777216 and was dropped"):
+                await manager.call_tool("h", "huge", {"mb": 20})
+            failed_in = time.perf_counter() - called
+            assert (await manager.call_tool("h", "echo", {"text": "after"})).content[0].text == "after"
+        status = manager.status()[0]
+    print(f"\n32 MB line at startup: ready in {up_in:.2f} s; 20 MB answer failed its call in {failed_in:.2f} s")
+    assert up_in < 5  # the SDK's reader took ~47 s over such a line
+    assert failed_in < 5  # at once, not after call_timeout_s
+    assert status.line_faults == {"too_long": 2}
+    assert status.state is ServerState.READY
+
+
+# --------------------------------------------------------------------------- per-tool validation
+
+
+@pytest.mark.anyio
+async def test_broken_tools_are_dropped_with_their_reasons_and_the_servers_other_tools_stay(tmp_path: Path) -> None:
+    async with MCPManager(settings(tmp_path, h=hostile("--broken-tools"))) as manager:
+        status = manager.status()[0]
+        names = [tool["name"] for tool in manager.tool_lists()["h"]]
+        catalog = manager.catalog()
+        assert manager.is_ready("h")  # degraded still routes calls
+        with anyio.fail_after(10):
+            echoed = await manager.call_tool("h", "echo", {"text": "good tools work"})
+    assert status.state is ServerState.DEGRADED
+    assert status.dropped_tools == (
+        DroppedTool("schema_string", "inputSchema is a string, not an object"),
+        DroppedTool("schema_list", "inputSchema is a list, not an object"),
+        DroppedTool("schema_null", "inputSchema is null, not an object"),
+        DroppedTool("#10", "name is a number (42), not a string"),
+        DroppedTool("description_list", "description is a list, not a string"),
+        DroppedTool(
+            "ref_cycle",
+            "inputSchema has a $ref cycle that never reaches a property or item: "
+            "#/$defs/b -> #/$defs/b/allOf/0 -> #/$defs/a -> #/$defs/b",
+        ),
+    )
+    assert status.error is not None and status.error.startswith("6 tool(s) dropped: schema_string (inputSchema is")
+    assert names == ["echo", "wedge", "bad_utf8", "huge", "print_line", "crash", "pid", "tree"]
+    assert "h__tree" in catalog  # recursion that descends into the value is a valid schema
+    assert echoed.content[0].text == "good tools work"
+
+
+@pytest.mark.anyio
+async def test_a_150_deep_schema_is_dropped_and_the_listing_still_parses(tmp_path: Path) -> None:
+    async with MCPManager(settings(tmp_path, h=hostile("--deep", "150"))) as manager:
+        status = manager.status()[0]
+        names = {tool["name"] for tool in manager.tool_lists()["h"]}
+    assert status.state is ServerState.DEGRADED
+    assert status.dropped_tools == (
+        DroppedTool("deep_schema", "inputSchema is nested more than 64 levels deep (schema_max_depth)"),
+    )
+    assert "non-MCP" not in str(status.error)
+    assert {"echo", "huge"} <= names and "deep_schema" not in names
+
+
+@pytest.mark.anyio
+async def test_the_schema_limits_are_configurable(tmp_path: Path) -> None:
+    tight = MCPSettings(cache_dir=tmp_path, schema_max_depth=2, servers={"h": hostile()})
+    async with MCPManager(tight) as manager:
+        dropped = {tool.name for tool in manager.status()[0].dropped_tools}
+    assert dropped == {"echo", "huge"}  # {"type": "object", "properties": {"text": {...}}} is 3 levels
+
+
+# --------------------------------------------------------------------------- the supervisor
+
+
+@pytest.mark.anyio
+async def test_a_crash_loop_opens_the_circuit_keeps_the_tools_and_recovers_when_the_server_comes_back(
+    tmp_path: Path, telemetry: Telemetry, reader: InMemoryMetricReader
+) -> None:
+    down = tmp_path / "down"
+    config = hostile("--down-while", str(down), max_restarts=2)
+    async with MCPManager(settings(tmp_path, h=config), telemetry=telemetry) as manager:
+        before = manager.catalog().version
+        down.touch()  # from now on every start fails at once
+        with (
+            anyio.fail_after(5),
+            pytest.raises(TransportError, match="server process exited; stderr: hostile: crashing"),
+        ):
+            await manager.call_tool("h", "crash", {})
+        failed = await manager.wait_for_state("h", ServerState.FAILED, timeout=10)
+        assert failed.error == "server process exited during startup; stderr: hostile: down"
+        assert failed.restarts == 3  # the crash and two quick restarts that failed: the circuit opened
+        assert failed.circuit in (Circuit.OPEN, Circuit.HALF_OPEN)
+        assert failed.tools == 7 and manager.catalog().version == before  # names and plans do not flap
+        assert _gauge(reader, "h") == "failed"
+        with pytest.raises(
+            ServerError,
+            match=r"server 'h': failed: server process exited during startup; "
+            r"stderr: hostile: down; (retry in \d+ s|retrying now)",
+        ):
+            await manager.call_tool("h", "echo", {"text": "x"})  # at once: the circuit is open
+
+        back = time.perf_counter()
+        down.unlink()
+        await manager.wait_for_state("h", ServerState.READY, timeout=10)
+        recovered_in = time.perf_counter() - back
+        with anyio.fail_after(5):
+            assert (await manager.call_tool("h", "echo", {"text": "back"})).content[0].text == "back"
+        status = manager.status()[0]
+    print(f"\ncrash loop: recovered {recovered_in:.2f} s after the server came back (restart_backoff_max_s=0.5)")
+    assert recovered_in < 0.5 + 2  # the capped backoff plus a start
+    assert (status.circuit, status.next_retry_at, status.error) == (Circuit.CLOSED, None, None)
+    assert _gauge(reader, "h") == "stopped"
+
+
+@pytest.mark.anyio
+async def test_a_server_down_at_its_first_start_is_failed_with_its_reason_and_retried_until_it_comes_up(
+    tmp_path: Path,
+) -> None:
+    down = tmp_path / "down"
+    down.touch()
+    async with MCPManager(settings(tmp_path, h=hostile("--down-while", str(down)))) as manager:
+        status = manager.status()[0]
+        assert status.state is ServerState.FAILED
+        assert status.error == "server process exited during startup; stderr: hostile: down"
+        assert status.tools == 0 and "h" not in manager.tool_lists()
+        assert status.as_dict()["circuit"] in ("open", "half-open")
+        down.unlink()
+        await manager.wait_for_state("h", ServerState.READY, timeout=10)
+        assert manager.status()[0].tools == 7
+
+
+@pytest.mark.anyio
+async def test_a_call_that_times_out_on_a_server_that_stopped_reading_restarts_it(tmp_path: Path) -> None:
+    config = hostile(call_timeout_s=1.0, health_timeout_s=1.0)
+    async with MCPManager(settings(tmp_path, h=config)) as manager:
+        with anyio.fail_after(5), pytest.raises(ToolCallTimeout):
+            await manager.call_tool("h", "wedge", {})
+        restarting = await manager.wait_for_state("h", ServerState.RESTARTING, timeout=10)
+        assert restarting.error == (
+            "the connection stopped answering: a call timed out, then a health probe got no answer "
+            "within health_timeout_s=1 s"
+        )
+        with anyio.fail_after(10):  # waits for the restart
+            assert (await manager.call_tool("h", "echo", {"text": "unstuck"})).content[0].text == "unstuck"
+
+
+@pytest.mark.anyio
+async def test_kill_9_with_calls_in_flight_fails_them_cleanly_and_the_next_call_works(tmp_path: Path) -> None:
+    async with MCPManager(settings(tmp_path, h=hostile(call_timeout_s=30))) as manager:
+        pid = int((await manager.call_tool("h", "pid", {})).content[0].text)
+        errors: list[BaseException] = []
+
+        async def stuck() -> None:
+            try:
+                await manager.call_tool("h", "wedge", {})
+            except TransportError as exc:
+                errors.append(exc)
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tasks:
+                for _ in range(3):
+                    tasks.start_soon(stuck)
+                await anyio.sleep(0.2)  # let the three requests reach the server
+                os.kill(pid, signal.SIGKILL)
+            assert [str(error) for error in errors] == ["tool 'wedge' on server 'h': server process exited"] * 3
+            assert (await manager.call_tool("h", "echo", {"text": "next"})).content[0].text == "next"
+
+
+@pytest.mark.anyio
+async def test_endless_pagination_stops_with_its_reason(tmp_path: Path) -> None:
+    async with MCPManager(settings(tmp_path, h=hostile("--endless-pages"))) as manager:
+        status = manager.status()[0]
+    assert (status.state, status.error) == (ServerState.FAILED, "tools/list did not end within 1000 pages")
+
+
+@pytest.mark.anyio
+async def test_a_list_changed_storm_does_not_starve_calls(tmp_path: Path) -> None:
+    async with MCPManager(settings(tmp_path, h=hostile("--storm", "5000"))) as manager:
+        started = time.perf_counter()
+        with anyio.fail_after(10):
+            for index in range(20):
+                assert (await manager.call_tool("h", "echo", {"text": str(index)})).content[0].text == str(index)
+        assert time.perf_counter() - started < 5
+        assert manager.status()[0].state is ServerState.READY
+
+
+# --------------------------------------------------------------------------- no orphans
+
+
+@pytest.mark.anyio
+async def test_a_child_the_server_leaves_behind_is_ended_with_it_on_restart_and_on_close(tmp_path: Path) -> None:
+    before = _live_descendants(os.getpid())
+    async with MCPManager(settings(tmp_path, h=hostile("--grandchild"))) as manager:
+        first = _live_descendants(os.getpid()) - before
+        assert len(first) == 2  # the server and its `sleep 300`
+        with anyio.fail_after(5), pytest.raises(TransportError):
+            await manager.call_tool("h", "crash", {})
+        await manager.wait_for_state("h", ServerState.READY, timeout=10)
+        assert not [pid for pid in first if _alive(pid)]  # the crashed server's child went with it
+        second = _live_descendants(os.getpid()) - before
+        assert len(second) == 2
+    assert not [pid for pid in second if _alive(pid)]  # the server exits on stdin EOF; its child is ended too
+
+
+# --------------------------------------------------------------------------- HTTP outages (slow)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _start_http(port: int) -> subprocess.Popen[str]:
+    command = [sys.executable, server_script("basic.py"), "--transport", "streamable-http", "--port", str(port)]
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+    _read_port(process, command)
+    return process
+
+
+def _stop_http(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+    if process.stdout is not None:
+        process.stdout.close()
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_an_http_server_down_for_5_s_is_reconnected_when_it_comes_back(tmp_path: Path) -> None:
+    port = _free_port()
+    config = ServerConfig(
+        transport="http", url=f"http://127.0.0.1:{port}/mcp", health_interval_s=0.5, health_timeout_s=1.0, **FAST
+    )
+    config = config.model_copy(update={"restart_backoff_max_s": 1.0, "call_timeout_s": 5.0})
+    server = _start_http(port)
+    outcomes: Counter[str] = Counter()
+    try:
+        async with MCPManager(settings(tmp_path, docs=config)) as manager:
+            assert manager.is_ready("docs")
+
+            async def caller(until: anyio.Event) -> None:
+                while not until.is_set():
+                    try:
+                        await manager.call_tool("docs", "echo", {"text": "x"})
+                        outcomes["ok"] += 1
+                    except (ServerError, TransportError, ToolCallTimeout) as exc:
+                        outcomes[type(exc).__name__] += 1
+                    await anyio.sleep(0.1)
+
+            done = anyio.Event()
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(caller, done)
+                await anyio.sleep(0.3)
+                _stop_http(server)
+                down_at = time.perf_counter()
+                left = await manager.wait_for_state("docs", ServerState.RESTARTING, ServerState.FAILED, timeout=5)
+                noticed_in = time.perf_counter() - down_at
+                await anyio.sleep(max(0.0, 5 - (time.perf_counter() - down_at)))
+                server = await anyio.to_thread.run_sync(_start_http, port)
+                back_at = time.perf_counter()
+                await manager.wait_for_state("docs", ServerState.READY, timeout=15)
+                recovered_in = time.perf_counter() - back_at
+                await anyio.sleep(0.5)
+                done.set()
+            with anyio.fail_after(5):
+                assert (await manager.call_tool("docs", "echo", {"text": "back"})).content[0].text == "back"
+    finally:
+        _stop_http(server)
+    print(
+        f"\nHTTP server down 5 s: noticed in {noticed_in:.2f} s ({left.state}), recovered {recovered_in:.2f} s "
+        f"after it came back; calls every 0.1 s: {dict(outcomes)}"
+    )
+    assert recovered_in < 1.0 + 2.0  # the capped backoff plus a connection
+    assert outcomes["ok"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_frozen_http_server_is_noticed_by_its_health_probe_without_a_call(tmp_path: Path) -> None:
+    port = _free_port()
+    config = ServerConfig(
+        transport="http",
+        url=f"http://127.0.0.1:{port}/mcp",
+        health_interval_s=0.3,
+        health_timeout_s=0.5,
+        **{**FAST, "startup_timeout_s": 1.0},
+    )
+    server = _start_http(port)
+    try:
+        async with MCPManager(settings(tmp_path, docs=config)) as manager:
+            server.send_signal(signal.SIGSTOP)  # the socket stays open; nothing answers
+            stopped_at = time.perf_counter()
+            try:
+                degraded = await manager.wait_for_state("docs", ServerState.DEGRADED, timeout=5)
+                gone = await manager.wait_for_state("docs", ServerState.RESTARTING, ServerState.FAILED, timeout=5)
+                noticed_in = time.perf_counter() - stopped_at
+            finally:
+                server.send_signal(signal.SIGCONT)
+            await manager.wait_for_state("docs", ServerState.READY, timeout=15)
+    finally:
+        _stop_http(server)
+    print(f"\nfrozen HTTP server: restarted {noticed_in:.2f} s after it froze, without a call")
+    assert degraded.error == "a health probe got no answer within health_timeout_s=0.5 s"
+    assert gone.error == "2 health probes in a row got no answer within health_timeout_s=0.5 s"
+
+
+def _gauge(reader: InMemoryMetricReader, server: str) -> str | None:
+    """The state whose `mcp_server_state` series is 1 for `server`."""
+    data = reader.get_metrics_data()
+    for resource in data.resource_metrics if data else ():
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name == "mcp_server_state":
+                    for point in metric.data.data_points:
+                        if point.attributes.get("server") == server and point.value == 1:
+                            return str(point.attributes["state"])
+    return None
+
+
+# --------------------------------------------------------------------------- the checks on their own
+
+
+def _deep(levels: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"inner": schema}}
+    return schema
+
+
+@pytest.mark.parametrize(
+    ("schema", "problem"),
+    [
+        ({"$ref": "#"}, "inputSchema has a $ref cycle that never reaches a property or item: # -> #"),
+        (
+            {"$defs": {"a": {"anyOf": [{"type": "string"}, {"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"},
+            "inputSchema has a $ref cycle that never reaches a property or item: "
+            "#/$defs/a -> #/$defs/a/anyOf/1 -> #/$defs/a",
+        ),
+        (
+            {"$defs": {"a": {"$anchor": "me", "not": {"$ref": "#me"}}}},
+            "inputSchema has a $ref cycle that never reaches a property or item: #/$defs/a -> #/$defs/a/not -> #/$defs/a",
+        ),
+        (
+            {"properties": {"x": {"$ref": "#/$defs/gone"}}},
+            "inputSchema has a $ref that does not resolve: '#/$defs/gone'",
+        ),
+        (_deep(150), "inputSchema is nested more than 64 levels deep (schema_max_depth)"),
+        ({"description": "x" * 300_000}, "inputSchema is 300018 bytes, over schema_max_bytes=262144"),
+        ("a string", "inputSchema is a string, not an object"),
+        # fine: recursion that descends into the value, a $ref-shaped default, properties named like keywords
+        ({"$defs": {"n": {"properties": {"kids": {"items": {"$ref": "#/$defs/n"}}}}}, "$ref": "#/$defs/n"}, None),
+        ({"type": "object", "default": {"$ref": "#"}}, None),
+        ({"properties": {"not": {"type": "string"}, "allOf": {"$ref": "#/properties/not"}}}, None),
+        ({"$ref": "https://example.com/schema.json"}, None),
+    ],
+)
+def test_schema_problem_names_what_would_break_a_validator(schema: Any, problem: str | None) -> None:
+    from orchestrator.protocols.mcp._schemas import schema_problem
+
+    assert schema_problem(schema) == problem
+
+
+def test_every_check_is_iterative_so_absurd_nesting_cannot_break_it() -> None:
+    from orchestrator.protocols.mcp._schemas import json_depth, schema_problem, tool_problem
+
+    nested: Any = {}
+    for _ in range(100_000):
+        nested = {"a": nested}
+    assert json_depth(nested, stop_at=64) == 65
+    assert schema_problem(nested) == "inputSchema is nested more than 64 levels deep (schema_max_depth)"
+    assert tool_problem({"name": "t", "inputSchema": {"type": "object"}, "outputSchema": nested}) == (
+        "outputSchema is nested more than 64 levels deep (schema_max_depth)"
+    )
+
+
+def test_the_line_reader_bounds_lines_splits_chunks_and_fails_the_request_of_a_dropped_answer() -> None:
+    import mcp.types as types
+
+    from orchestrator.protocols.mcp._transports import StdoutLineFault, _LineReader
+
+    reader = _LineReader(limit=1024)
+    response = b'{"jsonrpc":"2.0","id":7,"result":{}}'
+    first = reader.feed(response[:10])
+    items = reader.feed(response[10:] + b"\r\nnot json\n" + b'{"jsonrpc":"2.0","id":8,"result":{"x":"' + b"y" * 2000)
+    items += reader.feed(b"y" * 5000 + b'"}}\n{"jsonrpc":"2.0","id":9,"result":{}}\n')
+    assert first == []
+    kinds = [type(item.message).__name__ if hasattr(item, "message") else item.reason for item in items]
+    assert kinds == ["JSONRPCResponse", "not_json", "too_long", "JSONRPCError", "JSONRPCResponse"]
+    assert isinstance(items[2], StdoutLineFault) and items[2].size > 1024
+    error = items[3].message
+    assert isinstance(error, types.JSONRPCError) and error.id == 8
+    assert error.error.message == "the server's response is longer than max_message_bytes=1024 and was dropped"
+    assert items[4].message.id == 9
