@@ -35,7 +35,9 @@ def test_servers_json_lists_every_server_and_exits_1_when_one_failed(tmp_path: P
     )
     result = CliRunner().invoke(app, ["--config", str(config), "servers", "--json"])
     assert result.exit_code == 1, result.output
-    assert json.loads(result.stdout) == [
+    rows = json.loads(result.stdout)
+    summary = [{key: row[key] for key in ("name", "transport", "state", "tools", "error")} for row in rows]
+    assert summary == [
         {"name": "basic", "transport": "stdio", "state": "ready", "tools": 5, "error": None},
         {
             "name": "hanging",
@@ -52,6 +54,9 @@ def test_servers_json_lists_every_server_and_exits_1_when_one_failed(tmp_path: P
             "error": "disabled (mcp.servers.spare.enabled: false)",
         },
     ]
+    hanging = rows[1]
+    assert hanging["circuit"] == "open" and hanging["retry_in_s"] >= 0 and hanging["next_retry_at"]  # retried later
+    assert rows[0]["circuit"] == "closed" and rows[0]["dropped_tools"] == []
 
 
 def test_servers_table_exits_0_when_every_enabled_server_is_ready(tmp_path: Path) -> None:

@@ -171,3 +171,21 @@ async def test_an_api_loop_dispatches_meta_tools_and_expanded_tools_by_name(mana
     direct = await meta.dispatch("alpha__echo", {"text": "direct"})
     assert _text(direct) == "direct"
     assert meta.stats.as_dict()["calls"] == 1
+
+
+async def test_a_recursive_ref_or_absurdly_deep_arguments_are_answered_not_crashed(manager: MCPManager) -> None:
+    """A `$ref` cycle in a server's schema, or 1,000-level arguments, never reach jsonschema's recursion."""
+    from orchestrator import ToolCatalog as Catalog
+
+    looping = {"type": "object", "$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}}
+    catalog = Catalog.from_lists({"alpha": [{"name": "echo", "description": "Echo.", "inputSchema": looping}]})
+    meta = MetaTools(ToolSearchEngine(catalog, ToolSearchSettings(ranking="lexical")), manager, full_catalog=catalog)
+    result = await meta.call_tool("alpha__echo", {"text": "fine"})  # no validator: the server checks
+    assert _text(result) == "fine"
+    deep: dict[str, Any] = {}
+    node = deep
+    for _ in range(1000):
+        node["a"] = {}
+        node = node["a"]
+    refused = await meta.call_tool("alpha__echo", {"text": "x", "extra": deep})
+    assert refused.is_error and "nested more than" in _text(refused)

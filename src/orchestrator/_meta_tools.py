@@ -38,6 +38,7 @@ from ._errors import (
 )
 from ._planning import CALL_TOOL, EXPAND_TOOLS, META_TOOL_DEFINITIONS, META_TOOL_NAMES, TOOL_SEARCH
 from .protocols.mcp._catalog import ToolCatalog, ToolEntry
+from .protocols.mcp._schemas import SchemaLimits, json_depth, schema_problem
 from .protocols.mcp._search import ToolSearchEngine
 
 __all__ = [
@@ -283,6 +284,13 @@ class MetaTools:
                 f"arguments for {entry.name} must be a JSON object, got {_kind(arguments)}. "
                 f"Expected: {_expected(entry.input_schema)}.",
             )
+        limits = SchemaLimits()
+        if json_depth(args, limits.max_depth) > limits.max_depth:  # jsonschema recurses per level
+            raise _Corrective(
+                "invalid_arguments",
+                f"arguments for {entry.name} are nested more than {limits.max_depth} levels deep. "
+                f"Expected: {_expected(entry.input_schema)}.",
+            )
         validator = self._validator(entry)
         if validator is None:
             return args
@@ -302,6 +310,9 @@ class MetaTools:
         """A cached jsonschema validator for the entry's schema; `None` when the schema itself is broken."""
         key = entry.digest
         if key not in self._validators:
+            if schema_problem(entry.input_schema) is not None:  # e.g. a `$ref` cycle: validating would recurse
+                self._validators[key] = None  # the server validates for itself
+                return None
             try:
                 cls = jsonschema.validators.validator_for(entry.input_schema, default=jsonschema.Draft202012Validator)
                 cls.check_schema(entry.input_schema)

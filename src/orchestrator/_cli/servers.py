@@ -1,6 +1,7 @@
 """`orchestrator servers [--json]`: connect to every configured server and show how each one is doing.
 
-One row per server: name, transport, state (ready / failed / stopped), tool count and the error.
+One row per server: name, transport, state (ready / degraded / restarting / failed / stopped), tool count
+and the error; `--json` adds the supervisor's view (circuit, next retry, dropped tools).
 Exit 0 when every enabled server is ready, 1 when any is not (the table still prints).
 """
 
@@ -29,7 +30,10 @@ def register(app: typer.Typer) -> None:
     def servers(
         ctx: typer.Context,
         as_json: Annotated[
-            bool, typer.Option("--json", help="Print a JSON list of {name, transport, state, tools, error}.")
+            bool,
+            typer.Option(
+                "--json", help="Print a JSON list of {name, transport, state, tools, error, circuit, next_retry_at, ...}."
+            ),
         ] = False,
     ) -> None:
         """Connect to every configured server and show its state, tool count and error."""
@@ -51,17 +55,10 @@ def register(app: typer.Typer) -> None:
 
 
 def server_rows(statuses: list[ServerStatus]) -> list[dict[str, Any]]:
-    """The `--json` objects (and table rows): name, transport, state, tools (a count) and error."""
-    return [
-        {
-            "name": status.name,
-            "transport": status.transport,
-            "state": str(status.state),
-            "tools": status.tools,
-            "error": status.error,
-        }
-        for status in statuses
-    ]
+    """The `--json` objects: name, transport, state, tools (a count), error, and the supervisor's view
+    (circuit, restarts, next retry, tools dropped with their reasons, skipped lines); the table shows the
+    first five."""
+    return [status.as_dict() for status in statuses]
 
 
 async def _collect(settings: Settings) -> list[ServerStatus]:
