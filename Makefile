@@ -26,9 +26,11 @@ demo: $(STAMP_DEMO)
 	$(BIN)/orchestrator --config bernstein.yaml demo
 
 # promtool and prometheus (Debian's package, installed when missing) check the shipped rules and
-# dashboard (tests/test_prometheus_rules.py, tests/test_prometheus_scrape.py).
+# dashboard (tests/test_prometheus_rules.py, tests/test_prometheus_scrape.py); the pinned npm clients in
+# tests/interop (TypeScript SDK v1/v2, MCP Inspector CLI, Claude Code, Codex) drive the interop tests.
 test: $(STAMP_TEST)
 	sh scripts/install-prometheus.sh
+	sh scripts/install-node-deps.sh
 	$(BIN)/python -m pytest
 
 clean:
