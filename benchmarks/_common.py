@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -9,6 +10,7 @@ import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -115,3 +117,23 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
 
 def same_scores(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(np.array_equal(a, b))
+
+
+# --------------------------------------------------------------------------- development sets and anchors
+
+DEV_SETS = (*SETS, "mcp-catalogs")
+"""Every development set: SETS plus the requests written for the 590 real tools (with a `style` each)."""
+BASELINES = DATA.parent / "baselines"
+"""../shared/baselines: `anchor_rankers.py`, the reference rankers the project is measured against."""
+
+
+def anchor_rankers() -> ModuleType:
+    """../shared/baselines/anchor_rankers.py (its `engines(tools)` and `metrics(lists, queries)`), imported
+    from where it is kept, so every run scores the anchors as published there."""
+    path = BASELINES / "anchor_rankers.py"
+    spec = importlib.util.spec_from_file_location("anchor_rankers", path)
+    if spec is None or spec.loader is None or not path.is_file():
+        raise SystemExit(f"{path}: the anchors' rankers are missing (set ORCHESTRATOR_SHARED_DATA)")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

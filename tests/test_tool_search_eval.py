@@ -43,3 +43,30 @@ def test_query_files_are_read_and_bad_lines_named(tmp_path: Path) -> None:
         load_queries(path)
     path.write_text(json.dumps({"id": "1", "query": "add", "gold": [["s", "a"]]}) + "\n")
     assert load_queries(path) == [EvalQuery("1", "add", (("s", "a"),))]
+
+
+def test_each_style_gets_the_same_figures_over_its_own_queries() -> None:
+    queries = [
+        EvalQuery("1", "text", (("s", "a"),), "agent"),
+        EvalQuery("2", "text", (("s", "b"),), "natural"),
+        EvalQuery("3", "text", (("s", "c"),), "agent"),
+        EvalQuery("4", "text", (("s", "d"),)),  # no style: only in the totals
+    ]
+    rankings = [["s__a"], ["s__a", "s__b"], [], ["s__d"]]
+    report = evaluate_rankings(CATALOG, queries, rankings, k=5)
+    assert report.queries == 4 and report.hit_at_1 == pytest.approx(2 / 4)
+    assert list(report.styles) == ["agent", "natural"]  # in order of first appearance
+    agent, natural = report.styles["agent"], report.styles["natural"]
+    assert (agent.queries, agent.hit_at_1, agent.hit_at_k, agent.mrr, agent.misses) == (2, 0.5, 0.5, 0.5, 1)
+    assert (natural.queries, natural.hit_at_1, natural.hit_at_k, natural.mrr) == (1, 0.0, 1.0, 0.5)
+    assert natural.styles == {} and report.to_dict()["styles"]["natural"]["hit_at_k"] == 1.0
+    assert evaluate_rankings(CATALOG, [q("a")], [["s__a"]]).styles == {}
+
+
+def test_a_query_file_may_give_each_query_a_style(tmp_path: Path) -> None:
+    path = tmp_path / "queries.jsonl"
+    path.write_text(json.dumps({"id": "1", "query": "add", "gold": [["s", "a"]], "style": "agent"}) + "\n")
+    assert load_queries(path) == [EvalQuery("1", "add", (("s", "a"),), "agent")]
+    path.write_text(json.dumps({"id": "1", "query": "add", "gold": [["s", "a"]], "style": 3}) + "\n")
+    with pytest.raises(CatalogError, match=r"line 1: .*style must be a string, got int"):
+        load_queries(path)

@@ -1,16 +1,17 @@
 """Ranking quality on a query set: hit@1, hit@k, recall@k and MRR, as `orchestrator eval` prints them.
 
-A query file is JSON lines `{id, query, gold: [[server, tool], ...]}` (the `../shared/data/retrieval`
-format). hit@k counts a query when any gold tool is in the top k; recall@k is the share of its gold tools
-there; MRR is the mean of 1/rank of the first gold tool within the top MRR_DEPTH (0 when none). A query
-the engine refuses (over the length limit) counts as a miss, as it would for an agent.
+A query file is JSON lines `{id, query, gold: [[server, tool], ...], style}` (the `../shared/data/retrieval`
+format; `style` is optional: "agent", "natural", "non-english"...). hit@k counts a query when any gold tool
+is in the top k; recall@k is the share of its gold tools there; MRR is the mean of 1/rank of the first gold
+tool within the top MRR_DEPTH (0 when none). A query the engine refuses (over the length limit) counts as a
+miss, as it would for an agent. When queries carry a style, the report also has the same figures per style.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,8 @@ class EvalQuery:
     query: str
     gold: tuple[tuple[str, str], ...]
     """(server, original tool name) pairs; any of them ranked counts as found."""
+    style: str | None = None
+    """How the request is phrased (the set's `style` field), for per-style figures; None when not given."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,9 @@ class EvalReport:
     """Queries the engine refused (SearchQueryError), counted as misses."""
     unknown_gold: int
     """Gold tools not in the catalog (a data problem: they can never be found)."""
+    styles: dict[str, EvalReport] = field(default_factory=dict)
+    """The same figures for the queries of each style, in order of first appearance; empty when no query
+    has a style. Queries without one are counted only in the totals."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -61,6 +67,8 @@ def load_queries(path: str | Path) -> list[EvalQuery]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise CatalogError(f"{path}: cannot read query file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise CatalogError(f"{path}: query file is not UTF-8 text (byte {exc.start})") from None
     queries = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -68,10 +76,13 @@ def load_queries(path: str | Path) -> list[EvalQuery]:
         try:
             item = json.loads(line)
             gold = tuple((str(server), str(tool)) for server, tool in item["gold"])
-            queries.append(EvalQuery(str(item.get("id", number)), str(item["query"]), gold))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            style = item.get("style")
+            if style is not None and not isinstance(style, str):
+                raise TypeError(f"style must be a string, got {type(style).__name__}")
+            queries.append(EvalQuery(str(item.get("id", number)), str(item["query"]), gold, style))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, RecursionError) as exc:
             raise CatalogError(
-                f"{path}: line {number}: expected {{query, gold: [[server, tool], ...]}} ({type(exc).__name__}: {exc})"
+                f"{path}: line {number}: expected {{query, gold: [[server, tool], ...], style?}} ({type(exc).__name__}: {exc})"
             ) from None
     return queries
 
@@ -95,32 +106,56 @@ def evaluate_rankings(
 ) -> EvalReport:
     """Score ready rankings (qualified names, best first; None for a refused query) against the gold."""
     index = _pair_index(catalog)
-    hit1 = hitk = recall = mrr = 0.0
-    misses = refused = unknown = 0
-    for query, ranking in zip(queries, rankings, strict=True):
-        gold = {index[pair] for pair in query.gold if pair in index}
-        unknown += sum(1 for pair in query.gold if pair not in index)
-        if ranking is None:
-            refused += 1
-            ranking = []
-        if not ranking:
-            misses += 1
-        top = list(ranking[:k])
-        hit1 += bool(ranking) and ranking[0] in gold
-        hitk += any(name in gold for name in top)
-        recall += len(gold & set(top)) / len(gold) if gold else 0.0
-        mrr += next((1.0 / rank for rank, name in enumerate(ranking[:MRR_DEPTH], 1) if name in gold), 0.0)
-    n = max(len(queries), 1)
-    return EvalReport(
-        queries=len(queries),
-        k=k,
-        hit_at_1=hit1 / n,
-        hit_at_k=hitk / n,
-        recall_at_k=recall / n,
-        mrr=mrr / n,
-        misses=misses,
+    outcomes = [_outcome(query, ranking, index, k) for query, ranking in zip(queries, rankings, strict=True)]
+    by_style: dict[str, list[_Outcome]] = {}
+    for query, outcome in zip(queries, outcomes, strict=True):
+        if query.style is not None:
+            by_style.setdefault(query.style, []).append(outcome)
+    return _report(outcomes, k, {style: _report(group, k) for style, group in by_style.items()})
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """One query's contribution to every figure."""
+
+    hit1: bool
+    hitk: bool
+    recall: float
+    reciprocal_rank: float
+    miss: bool
+    refused: bool
+    unknown_gold: int
+
+
+def _outcome(query: EvalQuery, ranking: Sequence[str] | None, index: dict[tuple[str, str], str], k: int) -> _Outcome:
+    gold = {index[pair] for pair in query.gold if pair in index}
+    refused = ranking is None
+    ranked = list(ranking or ())
+    top = ranked[:k]
+    return _Outcome(
+        hit1=bool(ranked) and ranked[0] in gold,
+        hitk=any(name in gold for name in top),
+        recall=len(gold & set(top)) / len(gold) if gold else 0.0,
+        reciprocal_rank=next((1.0 / rank for rank, name in enumerate(ranked[:MRR_DEPTH], 1) if name in gold), 0.0),
+        miss=not ranked,
         refused=refused,
-        unknown_gold=unknown,
+        unknown_gold=sum(1 for pair in query.gold if pair not in index),
+    )
+
+
+def _report(outcomes: Sequence[_Outcome], k: int, styles: dict[str, EvalReport] | None = None) -> EvalReport:
+    n = max(len(outcomes), 1)
+    return EvalReport(
+        queries=len(outcomes),
+        k=k,
+        hit_at_1=sum(o.hit1 for o in outcomes) / n,
+        hit_at_k=sum(o.hitk for o in outcomes) / n,
+        recall_at_k=sum(o.recall for o in outcomes) / n,
+        mrr=sum(o.reciprocal_rank for o in outcomes) / n,
+        misses=sum(o.miss for o in outcomes),
+        refused=sum(o.refused for o in outcomes),
+        unknown_gold=sum(o.unknown_gold for o in outcomes),
+        styles=styles or {},
     )
 
 

@@ -1,11 +1,14 @@
 """Lexical ranking: text analysis and a BM25 index (rank-bm25's BM25Okapi) over tool entries.
 
 Analysis: split on camelCase, snake_case, kebab-case, dots and any other non-letter; lowercase; drop
-English stopwords and request words ("please", "want", "get"...); Snowball-stem (PyStemmer). A tool's
-document is its server name, its tool name twice, its title, description, and parameter names and
-descriptions. Scores are BM25Okapi's (its idf, k1, b), computed only for the documents that share a term
-with the query through an inverted index: the same numbers `BM25Okapi.get_scores` gives, without a pass
-over every document.
+English stopwords and request words ("please", "want", "get"...); Snowball-stem (PyStemmer), and keep
+each word's exact form as a second term beside its stem ("=issues" next to "issu"), so a tool using the
+request's own word ranks above one using another form of it. A tool's document is its server name, tool
+name, title, description, and parameter names and descriptions, each field's words counted with the
+field's weight (FIELD_WEIGHTS) and exact forms with WORD_FORM_WEIGHT: BM25's term frequencies are these
+weighted counts. Scores are BM25Okapi's (its idf, k1, b) over those frequencies, computed only for the
+documents that share a term with the query through an inverted index: the same numbers
+`BM25Okapi.get_scores` gives, without a pass over every document.
 """
 
 from __future__ import annotations
@@ -25,24 +28,57 @@ from ._catalog import ToolEntry
 __all__ = [
     "BM25_B",
     "BM25_K1",
-    "NAME_WEIGHT",
+    "FIELD_WEIGHTS",
+    "FORM_PREFIX",
+    "SCHEMA_DEPTH",
     "STOPWORDS",
+    "WORD_FORM_WEIGHT",
     "Analyzer",
+    "FieldWeights",
     "LexicalIndex",
-    "document_parts",
     "split_words",
     "tool_document",
 ]
 
-BM25_K1 = 2.0
+BM25_K1 = 3.0
 """Term-frequency saturation, above rank-bm25's 1.5: a word repeated in a tool's name and prose keeps more
-weight. With BM25_B, chosen on the development sets; see docs/tool-search.md."""
-BM25_B = 1.0
-"""Full length normalisation (rank-bm25: 0.75): tool texts range from five words to pages of prose, and a
-long description should not win on incidental matches. With BM25_K1 it raised MRR on both halves of every
-retrieval set over the library defaults."""
-NAME_WEIGHT = 2
-"""The tool name is counted this many times: a word in the name says more than one in long prose."""
+weight, and the weighted frequencies run higher than word counts (a name word counts 2, its exact form
+0.75 more). With BM25_B and the weights below, chosen on the four development sets by the mean of hit@1
+and hit@5 (`benchmarks/retrieval.py --cv`, leave-one-set-out figures in docs/tool-search.md)."""
+BM25_B = 0.75
+"""Length normalisation, rank-bm25's default. Full normalisation (1.0, the earlier choice) let tools of
+five words win on one incidental word (`fetch`, `ping`, `whoami`) over the well-documented tool a request
+on the real MCP catalogs asks for (hit@1 0.452 there against 0.515); the leave-one-out folds chose b
+between 0.75 and 0.9, never 1.0."""
+
+
+@dataclass(frozen=True)
+class FieldWeights:
+    """What one occurrence of a word counts for in BM25's term frequency, by where in the tool it is."""
+
+    server: float = 1.0
+    name: float = 2.0
+    """A word in the tool's name says more than one in long prose."""
+    title: float = 1.0
+    description: float = 1.0
+    parameter_name: float = 1.0
+    parameter_description: float = 1.0
+    """Parameter prose is mostly about values and formats; half weight was no better on the four sets
+    taken together (kept as an option for catalogs with long schemas)."""
+
+    def values(self) -> tuple[float, float, float, float, float, float]:
+        """The weights in document order: server, name, title, description, parameter name, description."""
+        return (self.server, self.name, self.title, self.description, self.parameter_name, self.parameter_description)
+
+
+FIELD_WEIGHTS = FieldWeights()
+WORD_FORM_WEIGHT = 0.375
+"""Weight of a word's exact form next to its stem's 1: stemming finds "issue" for "issues", the exact form
+ranks the tool that says "issues" first. It raised hit@1 on every development set (+0.012 to +0.040);
+every leave-one-out fold chose 0.25-0.5, and 1.0 lost hit@5 on api-bank and metatool. A multiple of 1/8,
+like every weight here, so weighted frequencies are exact sums in floating point."""
+FORM_PREFIX = "="
+"""Marks an exact-form term ("=issues"); analysis never produces it inside a word."""
 SCHEMA_DEPTH = 2
 """Nested parameter levels read (object properties, array items): deeper ones are rarely searched for."""
 
@@ -92,19 +128,35 @@ class Analyzer:
     """Text -> index terms, caching each run of letters and digits and each tool text.
 
     One analyzer serves every index an engine builds, so re-indexing a changed catalog analyses only
-    the texts that changed. Terms are numbered from 1 in the order first seen.
+    the texts that changed. Terms are numbered from 1 in the order first seen. With stemming and
+    `word_forms`, every word gives its stem and then its exact form (FORM_PREFIX + word): "issues" ->
+    "issu", "=issues".
     """
 
-    def __init__(self, *, stopwords: frozenset[str] = STOPWORDS, stem: bool = True, min_length: int = 2) -> None:
+    def __init__(
+        self,
+        *,
+        stopwords: frozenset[str] = STOPWORDS,
+        stem: bool = True,
+        min_length: int = 2,
+        word_forms: bool = True,
+    ) -> None:
         self._stopwords = stopwords
         self._stemmer = Stemmer.Stemmer("english") if stem else None
         self._min_length = min_length
+        self._word_forms = word_forms and stem
         self._run_terms: dict[str, tuple[str, ...]] = {}
         self._run_ids: dict[str, tuple[int, ...]] = {}
         self._texts: dict[str, np.ndarray] = {}
         self.vocabulary: dict[str, int] = {}
         """term -> id (from 1)."""
         self.terms_by_id: list[str] = [""]
+        self._forms = bytearray(1)
+        """1 where the term with that id is an exact form, 0 for a stem (and for the unused id 0)."""
+
+    def form_flags(self) -> np.ndarray:
+        """For every term id so far, 1 when it is an exact form (FORM_PREFIX), else 0."""
+        return np.frombuffer(bytes(self._forms), dtype=np.uint8)
 
     def terms(self, text: str) -> list[str]:
         """Index terms of `text`, in order, repeats kept."""
@@ -137,20 +189,24 @@ class Analyzer:
                 if run not in cache:
                     cache[run] = tuple(map(self._term_id, self._split(run)))
             found = list(map(cache.__getitem__, runs))
-        out = np.fromiter(chain.from_iterable(found), np.int64)
+        out = np.fromiter(chain.from_iterable(found), np.int32)
         if len(self._texts) >= TEXT_CACHE_LIMIT:
             self._texts.clear()
         self._texts[text] = out
         return out
 
     def _split(self, run: str) -> tuple[str, ...]:
-        """The terms of one run: split on case and digits, lowercased, stopwords dropped, stemmed."""
+        """The terms of one run: split on case and digits, lowercased, stopwords dropped, stemmed (each
+        stem followed by the word's exact form, with `word_forms`)."""
         terms = []
+        stemmer, forms = self._stemmer, self._word_forms
         for token in _TOKEN.findall(run):
             word = token.lower()
             if word in self._stopwords or (len(word) < self._min_length and not word.isdigit()):
                 continue
-            terms.append(self._stemmer.stemWord(word) if self._stemmer is not None else word)
+            terms.append(stemmer.stemWord(word) if stemmer is not None else word)
+            if forms:
+                terms.append(FORM_PREFIX + word)
         return tuple(terms)
 
     def _term_id(self, term: str) -> int:
@@ -158,106 +214,126 @@ class Analyzer:
         if number is None:
             number = self.vocabulary[term] = len(self.terms_by_id)
             self.terms_by_id.append(term)
+            self._forms.append(term.startswith(FORM_PREFIX))
         return number
 
 
-def document_parts(entry: ToolEntry, analyzer: Analyzer) -> list[np.ndarray]:
-    """Term ids BM25 indexes for one tool, as the arrays of its texts: server, name (NAME_WEIGHT
-    times), title, description, then each parameter name and description."""
-    texts = [entry.server, entry.tool, entry.title or "", entry.description]
-    texts += _schema_texts(entry.input_schema, SCHEMA_DEPTH)
-    cached = analyzer._texts.get  # the hot loop of an index build: most texts are cached
-    parts = [cached(text) for text in texts]
-    for index, part in enumerate(parts):
-        if part is None:
-            parts[index] = analyzer.ids(texts[index])
-    return [parts[0], *([parts[1]] * NAME_WEIGHT), *parts[2:]]
+_FIELD_COUNT = 6
+"""Fields of a tool document, in FieldWeights.values() order."""
 
 
-def tool_document(entry: ToolEntry, analyzer: Analyzer) -> list[str]:
-    """The terms of one tool's document: what a plain BM25Okapi would be given for the same ranking."""
-    return [analyzer.terms_by_id[term] for part in document_parts(entry, analyzer) for term in part.tolist()]
+def tool_document(
+    entry: ToolEntry,
+    analyzer: Analyzer,
+    weights: FieldWeights = FIELD_WEIGHTS,
+    form_weight: float = WORD_FORM_WEIGHT,
+    depth: int = SCHEMA_DEPTH,
+) -> dict[str, float]:
+    """One tool's BM25 term frequencies, term -> weighted count: what the index holds for the tool (and
+    what `BM25Okapi.doc_freqs` gives for it). Kept simple as the reference for the vectorised build."""
+    names, descriptions = _schema_texts(entry.input_schema, depth)
+    server, name, title, description, parameter_name, parameter_description = weights.values()
+    texts = [(entry.server, server), (entry.tool, name), (entry.title or "", title), (entry.description, description)]
+    texts += [(text, parameter_name) for text in names] + [(text, parameter_description) for text in descriptions]
+    frequencies: dict[str, float] = {}
+    for text, weight in texts:
+        for term in analyzer.terms(text):
+            frequencies[term] = frequencies.get(term, 0.0) + weight
+    return {term: count * form_weight if term.startswith(FORM_PREFIX) else count for term, count in frequencies.items()}
 
 
-def _schema_texts(schema: Any, depth: int) -> list[str]:
-    """Parameter names and descriptions of a JSON schema, nested objects and array items included."""
-    texts: list[str] = []
-    _collect_schema_texts(schema, depth, texts)
-    return texts
+def _schema_texts(schema: Any, depth: int) -> tuple[list[str], list[str]]:
+    """Parameter names, and parameter descriptions, of a JSON schema, nested objects and array items
+    included."""
+    names: list[str] = []
+    descriptions: list[str] = []
+    _collect_schema_texts(schema, depth, names, descriptions)
+    return names, descriptions
 
 
-def _collect_schema_texts(schema: Any, depth: int, texts: list[str]) -> None:
+def _collect_schema_texts(schema: Any, depth: int, names: list[str], descriptions: list[str]) -> None:
     # Runs for every parameter of every tool: exact type checks (JSON objects are dicts) are the fast ones.
     if type(schema) is not dict or depth <= 0:
         return
     properties = schema.get("properties")
     if type(properties) is dict:
         for name, prop in properties.items():
-            texts.append(name if type(name) is str else str(name))
+            names.append(name if type(name) is str else str(name))
             if type(prop) is dict:
                 description = prop.get("description")
                 if type(description) is str:
-                    texts.append(description)
+                    descriptions.append(description)
                 if depth > 1 and ("properties" in prop or "items" in prop):
-                    _collect_schema_texts(prop, depth - 1, texts)
+                    _collect_schema_texts(prop, depth - 1, names, descriptions)
     items = schema.get("items")
     if type(items) is dict:
-        _collect_schema_texts(items, depth, texts)
+        _collect_schema_texts(items, depth, names, descriptions)
 
 
 @dataclass(frozen=True)
 class _Corpus:
-    """Corpus statistics counted with array operations, what BM25Okapi's `_initialize` would count."""
+    """Corpus statistics counted with array operations, what BM25Okapi's `_initialize` would count from
+    documents whose words carry weights."""
 
     size: int
-    doc_len: list[int]
+    doc_len: list[float]
+    """Weighted length of each document: the sum of its term frequencies."""
     doc_freq: dict[str, int]
     """term -> number of documents containing it."""
     pair_docs: np.ndarray
     pair_terms: np.ndarray = field(repr=False)
     pair_freqs: np.ndarray = field(repr=False)
-    """(document, term id, frequency) for every distinct term of every document, term-major."""
+    """(document, term id, weighted frequency) for every distinct term of every document, term-major."""
     terms_by_id: list[str] = field(repr=False)
 
 
-class _Okapi(BM25Okapi):
+class _Okapi(BM25Okapi):  # type: ignore[misc]  # rank_bm25 ships no types: BM25Okapi is Any to mypy
     """rank-bm25's BM25Okapi over statistics counted with numpy instead of per-token Python loops.
 
     The library computes idf (with its epsilon floor) and holds k1, b, avgdl and the document lengths;
-    `doc_freqs`, read only by `get_scores` and `get_batch_scores`, is built on first use, so the library's
-    own scoring stays available to check the index against.
+    `doc_freqs` (weighted frequencies), read only by `get_scores` and `get_batch_scores`, is built on first
+    use, so the library's own scoring stays available to check the index against.
     """
 
     def __init__(self, corpus: _Corpus, *, k1: float, b: float) -> None:
         self._corpus = corpus
-        self._doc_freqs: list[dict[str, int]] | None = None
-        super().__init__(corpus, k1=k1, b=b)  # type: ignore[arg-type]  # corpus reaches _initialize below
+        self._doc_freqs: list[dict[str, float]] | None = None
+        super().__init__(corpus, k1=k1, b=b)  # the corpus reaches _initialize below
 
-    def _initialize(self, corpus: _Corpus) -> dict[str, int]:  # type: ignore[override]
+    def _initialize(self, corpus: _Corpus) -> dict[str, int]:
         self.corpus_size = corpus.size
         self.doc_len = corpus.doc_len
         self.avgdl = sum(corpus.doc_len) / corpus.size
         return corpus.doc_freq
 
-    @property  # type: ignore[override]
-    def doc_freqs(self) -> list[dict[str, int]]:
+    @property
+    def doc_freqs(self) -> list[dict[str, float]]:
         if not self._doc_freqs:
-            freqs: list[dict[str, int]] = [{} for _ in range(self._corpus.size)]
+            freqs: list[dict[str, float]] = [{} for _ in range(self._corpus.size)]
             corpus = self._corpus
             names = corpus.terms_by_id
-            pairs = zip(corpus.pair_docs.tolist(), corpus.pair_terms.tolist(), corpus.pair_freqs.tolist())
+            pairs = zip(corpus.pair_docs.tolist(), corpus.pair_terms.tolist(), corpus.pair_freqs.tolist(), strict=True)
             for doc, term, freq in pairs:
-                freqs[doc][names[term]] = int(freq)
+                freqs[doc][names[term]] = freq
             self._doc_freqs = freqs
         return self._doc_freqs
 
     @doc_freqs.setter
-    def doc_freqs(self, value: list[dict[str, int]]) -> None:
+    def doc_freqs(self, value: list[dict[str, float]]) -> None:
         self._doc_freqs = value
 
 
 class LexicalIndex:
-    """BM25 over a fixed list of entries; documents are numbered in the entries' order (the tie-break)."""
+    """BM25 over a fixed list of entries; documents are numbered in the entries' order (the tie-break).
+
+    Args:
+        entries: the tools, in document order.
+        analyzer: shared across rebuilds so unchanged texts are not analysed again (default: a new one).
+        k1, b: BM25Okapi's parameters.
+        weights: what a word counts for in each field (FieldWeights).
+        form_weight: what a word's exact form counts for next to its stem.
+        schema_depth: nested parameter levels read.
+    """
 
     def __init__(
         self,
@@ -266,27 +342,33 @@ class LexicalIndex:
         *,
         k1: float = BM25_K1,
         b: float = BM25_B,
+        weights: FieldWeights = FIELD_WEIGHTS,
+        form_weight: float = WORD_FORM_WEIGHT,
+        schema_depth: int = SCHEMA_DEPTH,
     ) -> None:
         self.analyzer = analyzer or Analyzer()
         self.size = len(entries)
         self._postings: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self._idf: dict[str, float] = {}
         self.bm25: BM25Okapi | None = None
         """The library's model over the same corpus (its `get_scores` gives the same scores)."""
-        documents = [document_parts(entry, self.analyzer) for entry in entries]
-        corpus, bounds = _count(documents, self.analyzer.terms_by_id)
-        if not bounds:  # nothing to index (BM25Okapi would divide by an empty vocabulary)
+        parts, sizes, texts_per_field = _gather(entries, self.analyzer, schema_depth)
+        corpus, starts, ends = _count(parts, sizes, texts_per_field, self.analyzer, weights, form_weight)
+        if not starts.size:  # nothing to index (BM25Okapi would divide by an empty vocabulary)
             return
         bm25 = _Okapi(corpus, k1=k1, b=b)
         self.bm25 = bm25
-        self._idf = bm25.idf
-        # The weight is the expression get_scores evaluates, in the same order, so idf * weight is bit
-        # for bit the library's contribution of a term to a document.
+        # The weight is the expression get_scores evaluates, in the same order, and idf * weight is the
+        # library's contribution of a term to a document, bit for bit: postings hold that product.
         norm = bm25.k1 * (1 - bm25.b + bm25.b * np.asarray(corpus.doc_len, dtype=np.float64) / bm25.avgdl)
-        freqs = corpus.pair_freqs
-        weights = freqs * (bm25.k1 + 1) / (freqs + norm[corpus.pair_docs])
-        docs = corpus.pair_docs
-        self._postings = {term: (docs[start:end], weights[start:end]) for term, start, end in bounds}
+        freqs, docs = corpus.pair_freqs, corpus.pair_docs
+        weight = freqs * (bm25.k1 + 1) / (freqs + norm[docs])
+        terms = [corpus.terms_by_id[term] for term in corpus.pair_terms[starts].tolist()]
+        idf = np.repeat(np.fromiter(map(bm25.idf.__getitem__, terms), np.float64, len(terms)), ends - starts)
+        contribution = idf * weight
+        self._postings = {
+            term: (docs[start:end], contribution[start:end])
+            for term, start, end in zip(terms, starts.tolist(), ends.tolist(), strict=True)
+        }
 
     def query_terms(self, query: str) -> list[str]:
         """The query's distinct index terms, in order. BM25Okapi would count a repeated query word again;
@@ -305,8 +387,8 @@ class LexicalIndex:
             posting = self._postings.get(term)
             if posting is None:
                 continue
-            ids, weight = posting
-            scores[ids] += self._idf[term] * weight
+            ids, contribution = posting
+            scores[ids] += contribution
             matched[ids] = True
         return scores, np.flatnonzero(matched)
 
@@ -325,28 +407,94 @@ class LexicalIndex:
         return [(int(candidates[i]), float(values[i])) for i in order]
 
 
-def _count(documents: list[list[np.ndarray]], terms_by_id: list[str]) -> tuple[_Corpus, list[tuple[str, int, int]]]:
-    """Distinct (term, document) pairs with frequencies, term-major with documents ascending, from one
-    sort of the concatenated corpus (keys `term * size + document`); and each term's slice of them."""
-    size = len(documents)
-    lengths = np.fromiter((sum(part.size for part in parts) for parts in documents), np.int64, size)
-    flat = np.concatenate([part for parts in documents for part in parts]) if size else np.empty(0, np.int64)
-    # 32-bit keys sort about twice as fast; they fit unless vocabulary x documents reaches 2**31.
-    key_type = np.int32 if len(terms_by_id) * max(size, 1) < np.iinfo(np.int32).max else np.int64
-    keys = flat.astype(key_type) * key_type(size) + np.repeat(np.arange(size, dtype=key_type), lengths)
-    pairs, pair_freqs = np.unique(keys, return_counts=True)
-    pair_term_ids = pairs // key_type(max(size, 1))
-    starts = np.flatnonzero(np.diff(pair_term_ids, prepend=-1))  # pairs are sorted: a term starts where its id changes
-    ends = np.append(starts[1:], pairs.size)
-    terms = [terms_by_id[term] for term in pair_term_ids[starts].tolist()]
-    bounds = list(zip(terms, starts.tolist(), ends.tolist()))
+def _gather(
+    entries: Sequence[ToolEntry], analyzer: Analyzer, depth: int
+) -> tuple[list[np.ndarray], list[int], np.ndarray]:
+    """Every tool's texts as term-id arrays, in document and field order (server, name, title,
+    description, parameter names, parameter descriptions), their sizes, and how many texts each field has
+    per tool."""
+    parts: list[np.ndarray] = []
+    sizes: list[int] = []
+    counts: list[tuple[int, int]] = []
+    known = analyzer._texts.get  # the hot loop of an index build: most texts are cached
+    for entry in entries:
+        names, descriptions = _schema_texts(entry.input_schema, depth)
+        texts = [entry.server, entry.tool, entry.title or "", entry.description, *names, *descriptions]
+        found: list[Any] = list(map(known, texts))
+        try:
+            lengths = list(map(len, found))
+        except TypeError:  # len(None): a text not analysed yet (often only the tool's name)
+            found = [part if part is not None else analyzer.ids(text) for part, text in zip(found, texts, strict=True)]
+            lengths = list(map(len, found))
+        parts += found
+        sizes += lengths
+        counts.append((len(names), len(descriptions)))
+    texts_per_field = np.ones((len(entries), _FIELD_COUNT), np.int64)
+    if counts:
+        texts_per_field[:, 4:] = counts
+    return parts, sizes, texts_per_field
+
+
+def _count(
+    parts: list[np.ndarray],
+    part_sizes: list[int],
+    texts_per_field: np.ndarray,
+    analyzer: Analyzer,
+    weights: FieldWeights,
+    form_weight: float,
+) -> tuple[_Corpus, np.ndarray, np.ndarray]:
+    """Distinct (term, document) pairs with weighted frequencies, term-major with documents ascending, and
+    each term's slice of them (starts, ends).
+
+    Words come in document order, so a stable sort by term id alone orders them by (term, document) and
+    puts each pair's words next to each other; their field weights are summed per pair, and exact forms
+    scaled by `form_weight`. Weights are sums of halves, so the frequencies are exact in any order.
+    """
+    size = len(texts_per_field)
+    terms_by_id = analyzer.terms_by_id
+    sizes = np.array(part_sizes, dtype=np.int64)
+    flat = np.concatenate(parts) if parts else np.empty(0, np.int32)
+    # float32 holds every sum of eighths below 2**21 exactly, and moves half the bytes of float64.
+    part_weights = np.repeat(np.tile(np.array(weights.values(), np.float32), size), texts_per_field.ravel())
+    part_docs = np.repeat(np.arange(size, dtype=np.int32), texts_per_field.sum(axis=1))
+    order = _stable_order(flat, len(terms_by_id))
+    terms = flat[order]
+    docs = np.repeat(part_docs, sizes)[order]
+    frequencies = np.repeat(part_weights, sizes)[order]
+    firsts = np.ones(terms.size, dtype=bool)
+    firsts[1:] = (terms[1:] != terms[:-1]) | (docs[1:] != docs[:-1])
+    firsts = np.flatnonzero(firsts)
+    if firsts.size:
+        frequencies = np.add.reduceat(frequencies, firsts)
+    frequencies = frequencies.astype(np.float64)
+    pair_terms, pair_docs = terms[firsts].astype(np.int64), docs[firsts].astype(np.int64)
+    frequencies[analyzer.form_flags()[pair_terms].astype(bool)] *= form_weight
+    starts = np.flatnonzero(np.diff(pair_terms, prepend=-1))  # a term starts where its id changes
+    ends = np.append(starts[1:], pair_terms.size)
+    doc_freq = dict(
+        zip([terms_by_id[term] for term in pair_terms[starts].tolist()], (ends - starts).tolist(), strict=True)
+    )
     corpus = _Corpus(
         size=size,
-        doc_len=lengths.tolist(),
-        doc_freq=dict(zip(terms, (ends - starts).tolist())),
-        pair_docs=(pairs % key_type(max(size, 1))).astype(np.int64),
-        pair_terms=pair_term_ids,
-        pair_freqs=pair_freqs.astype(np.float64),
+        doc_len=np.bincount(pair_docs, weights=frequencies, minlength=size).tolist(),
+        doc_freq=doc_freq,
+        pair_docs=pair_docs,
+        pair_terms=pair_terms,
+        pair_freqs=frequencies,
         terms_by_id=terms_by_id,
     )
-    return corpus, bounds
+    return corpus, starts, ends
+
+
+_RADIX_LIMIT = 1 << 16
+"""numpy's stable argsort is a radix sort for 16-bit integers (linear time), a merge sort above."""
+
+
+def _stable_order(term_ids: np.ndarray, vocabulary: int) -> np.ndarray:
+    """The permutation sorting `term_ids` stably: by 16-bit digits, low then high (LSD radix), when the
+    vocabulary needs more than one."""
+    if vocabulary <= _RADIX_LIMIT:
+        return np.argsort(term_ids.astype(np.uint16), kind="stable")
+    order = np.argsort((term_ids & 0xFFFF).astype(np.uint16), kind="stable")
+    high = (term_ids[order] >> 16).astype(np.uint16 if vocabulary <= _RADIX_LIMIT**2 else np.int64)
+    return order[np.argsort(high, kind="stable")]
