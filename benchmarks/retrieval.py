@@ -231,7 +231,18 @@ def main() -> int:
     parser.add_argument(
         "--cv", action="store_true", help="also leave-one-set-out cross-validation of k1, b and weights"
     )
+    parser.add_argument(
+        "--long", action="store_true", help="only the long multi-step requests (built from mcp-catalogs)"
+    )
     args = parser.parse_args()
+    if args.long:
+        long_hybrid = Hybrid() if args.hybrid else None
+        try:
+            long_benchmark(load("mcp-catalogs"), long_hybrid)
+        finally:
+            if long_hybrid is not None:
+                long_hybrid.close()
+        return 0
 
     anchors_module = anchor_rankers()
     hybrid = Hybrid() if args.hybrid else None
@@ -338,6 +349,87 @@ def main() -> int:
     if args.cv:
         cross_validation(sets, anchors_module)
     return report_targets(verdicts)
+
+
+LONG_REQUESTS = 60
+"""Synthetic long requests built from mcp-catalogs (seeded: the same every run)."""
+LONG_STEPS = 5
+"""Requests from the set joined into one long request: each is one step with its own gold."""
+LONG_FILLER = (
+    "Some background first, since the team has been working on this for several quarters.",
+    "The architecture grew organically, with services owned by different squads and context spread over chat.",
+    "None of this is urgent, but the release review is on Thursday and people will ask.",
+    "I already talked to the product owner about the scope and she agreed with the plan.",
+    "Keep in mind that the staging environment was rebuilt last week, so some links may have moved.",
+    "After that, there is a second part that depends on what we learn there.",
+    "The customer who reported this has been with us for years and is usually very patient.",
+    "We tried a couple of quick fixes on Friday but they did not hold up over the weekend.",
+)
+"""Context sentences an agent's pasted task carries between its steps (no tool is about them)."""
+
+
+def long_requests(data: DevSet) -> list[tuple[str, list[EvalQuery]]]:
+    """LONG_REQUESTS requests of LONG_STEPS English mcp-catalogs requests each, with filler between and
+    after them, filled up to about 4,000 characters: (text, the steps)."""
+    import random
+
+    pool = [q for q in data.queries if q.style not in ("non-english", "ambiguous")]
+    out: list[tuple[str, list[EvalQuery]]] = []
+    for seed in range(LONG_REQUESTS):
+        rng = random.Random(seed)
+        steps = rng.sample(pool, LONG_STEPS)
+        parts: list[str] = []
+        for step in steps:
+            parts.extend(rng.sample(LONG_FILLER, 2))
+            parts.append(step.query.rstrip(".?! ") + ".")
+        text = " ".join(parts)
+        while len(text) < 3800:
+            text += " " + rng.choice(LONG_FILLER)
+        out.append((text[:4000], steps))
+    return out
+
+
+def long_benchmark(data: DevSet, hybrid: Hybrid | None) -> None:
+    """Step recall of long requests: the share of steps with a gold tool in the top 8 (`search_limit`) and
+    top 10, ranked whole (the text as one query, as before) and step by step (the engine now); p50/max ms."""
+    from orchestrator.protocols.mcp import _search
+
+    requests = long_requests(data)
+    rows: list[list[str]] = []
+    engines: list[tuple[str, ToolSearchEngine]] = [("lexical", ToolSearchEngine(data.catalog, ranking="lexical"))]
+    if hybrid is not None:
+        engine = ToolSearchEngine(data.catalog, ranking="hybrid", embeddings=hybrid.runtime)
+        if engine.warm() and engine.ranking_used == "hybrid":
+            engines.append(("hybrid", engine))
+    saved = _search.LONG_QUERY_CHARS
+    try:
+        for label, engine in engines:
+            for how, limit in (("whole", _search.MAX_QUERY_CHARS), ("step by step", saved)):
+                _search.LONG_QUERY_CHARS = limit
+                found = {8: 0, 10: 0}
+                times: list[float] = []
+                for text, steps in requests:
+                    started = time.perf_counter()
+                    names = [hit.name for hit in engine.search(text, 10)]
+                    times.append((time.perf_counter() - started) * 1000)
+                    for depth in found:
+                        found[depth] += sum(bool(set(names[:depth]) & {f"{s}__{t}" for s, t in q.gold}) for q in steps)
+                total = len(requests) * LONG_STEPS
+                times.sort()
+                rows.append(
+                    [
+                        f"{label}, {how}",
+                        f"{found[8] / total:.3f}",
+                        f"{found[10] / total:.3f}",
+                        f"{times[len(times) // 2]:.1f}",
+                        f"{times[-1]:.1f}",
+                    ]
+                )
+    finally:
+        _search.LONG_QUERY_CHARS = saved
+    mean = sum(len(text) for text, _ in requests) / len(requests)
+    print(f"\nLong requests ({len(requests)} of {LONG_STEPS} mcp-catalogs steps with filler, {mean:,.0f} characters)")
+    table(["ranking", "step recall@8", "step recall@10", "p50 ms", "max ms"], rows)
 
 
 def distractors(sets: dict[str, DevSet], anchors_module: Any, hybrid: Hybrid | None) -> None:

@@ -26,6 +26,8 @@ CONCURRENT_SPAWNS = 20
 ZYGOTE_READY_S = 60.0
 SPAWNS_DONE_S = 90.0
 # Bounds, not expectations: twenty agents on two cores finish in a few seconds.
+TOKEN = "gateway-spawns-test-secret"
+# The gateway's admin secret, shared with `spawn_agent` through the settings as `gateway.token` would be.
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -54,20 +56,31 @@ async def zygote(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]
 @pytest.fixture(scope="module")
 async def warm(tmp_path_factory: pytest.TempPathFactory, zygote: str) -> AsyncIterator[tuple[Settings, Path]]:
     out = tmp_path_factory.mktemp("agent-results")
-    command = [sys.executable, str(AGENTS / "forked.py"), zygote, "--", "--config", "{mcp_config}", "--out", f"{out}/{{task}}.json"]
+    command = [
+        sys.executable,
+        str(AGENTS / "forked.py"),
+        zygote,
+        "--",
+        "--config",
+        "{mcp_config}",
+        "--out",
+        f"{out}/{{task}}.json",
+    ]
     agents = {
         "small": AgentProfile(command=command, timeout_s=60, tool_search=ToolSearchOverrides(threshold_tokens=0)),
         "big": AgentProfile(command=command, timeout_s=60, tool_search=ToolSearchOverrides(threshold_tokens=100_000)),
     }
     time_server = ServerConfig(command=sys.executable, args=["-m", "mcp_server_time", "--local-timezone", "UTC"])
     settings = Settings(
-        mcp={"servers": {"time": time_server}, "cache_dir": tmp_path_factory.mktemp("cache")}, agents=agents
+        mcp={"servers": {"time": time_server}, "cache_dir": tmp_path_factory.mktemp("cache")},
+        agents=agents,
+        gateway=GatewaySettings(token=TOKEN),
     )
     async with MCPManager(settings) as manager:
         gateway = Gateway(settings, manager)
         async with gateway.running("127.0.0.1", 0) as base:
             port = int(base.rsplit(":", 1)[1])
-            yield settings.model_copy(update={"gateway": GatewaySettings(port=port)}), out
+            yield settings.model_copy(update={"gateway": GatewaySettings(port=port, token=TOKEN)}), out
         gateway.close()
 
 

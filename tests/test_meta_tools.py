@@ -12,12 +12,17 @@ from typing import Any
 import mcp.types as types
 import pytest
 
+from orchestrator import ProfileFilter, ToolSearchEngine
 from orchestrator._config import ServerConfig, Settings, ToolSearchSettings
-from orchestrator._meta_tools import CALL_TOOL, EXPAND_TOOLS, TOOL_SEARCH, MetaTools, meta_tool_definitions
-from orchestrator.protocols.mcp._catalog import ToolCatalog
+from orchestrator._meta_tools import (
+    CALL_TOOL,
+    EXPAND_TOOLS,
+    TOOL_SEARCH,
+    MetaTools,
+    error_kind,
+    meta_tool_definitions,
+)
 from orchestrator.protocols.mcp._manager import MCPManager
-from orchestrator import ToolSearchEngine
-from orchestrator import ProfileFilter
 
 from .conftest import stdio_server_config
 
@@ -73,7 +78,7 @@ async def test_tool_search_returns_names_summaries_and_scores_without_schemas(ma
 
 async def test_an_empty_query_is_a_corrective_error(manager: MCPManager) -> None:
     result = _meta(manager).tool_search("   ")
-    assert result.is_error and result.structured_content["error"] == "invalid_query"
+    assert result.is_error and error_kind(result) == "invalid_query"
     assert "keywords" in _text(result)
 
 
@@ -107,9 +112,9 @@ async def test_wrong_arguments_come_back_saying_what_to_fix(manager: MCPManager)
     meta = _meta(manager)
     result = await meta.call_tool("alpha__add", {"a": "two"})
     message = _text(result)
-    assert result.is_error and result.structured_content["error"] == "invalid_arguments"
-    assert "'b' is a required property" in message
-    assert "at 'a': 'two' is not of type 'integer'" in message
+    assert result.is_error and error_kind(result) == "invalid_arguments"
+    assert '"b" is a required property' in message
+    assert 'at \'a\': "two" is not of type "integer"' in message
     assert "Expected: {a: integer (required), b: integer (required)}" in message
     assert meta.stats.calls == 0  # nothing reached the server
     not_an_object = await meta.call_tool("alpha__add", [1, 2])
@@ -119,17 +124,17 @@ async def test_wrong_arguments_come_back_saying_what_to_fix(manager: MCPManager)
 async def test_a_tool_the_profile_hides_is_refused_everywhere(manager: MCPManager) -> None:
     meta = _meta(manager, ProfileFilter(deny=("*__whoami",)))
     called = await meta.call_tool("alpha__whoami", {})
-    assert called.is_error and called.structured_content["error"] == "hidden_tool"
+    assert called.is_error and error_kind(called) == "hidden_tool"
     assert "not available to agent 'tester'" in _text(called) and "agents.tester" in _text(called)
     expanded = meta.expand_tools(["alpha__whoami"])
-    assert expanded.is_error and expanded.structured_content["error"] == "hidden_tool"
+    assert expanded.is_error and error_kind(expanded) == "hidden_tool"
     hits = meta.tool_search("BASIC_SERVER_TAG environment variable").structured_content["hits"]
     assert all(hit["tool"] != "whoami" for hit in hits)
 
 
 async def test_an_unknown_tool_gets_the_closest_names_and_a_hint(manager: MCPManager) -> None:
     result = await _meta(manager).call_tool("alpha__ech", {"text": "x"})
-    assert result.is_error and result.structured_content["error"] == "unknown_tool"
+    assert result.is_error and error_kind(result) == "unknown_tool"
     assert "Closest names: alpha__echo" in _text(result) and "tool_search" in _text(result)
     meta_name = await _meta(manager).call_tool(TOOL_SEARCH, {"query": "x"})
     assert meta_name.is_error and "call it directly" in _text(meta_name)
@@ -155,8 +160,10 @@ async def test_routing_skips_a_server_that_is_not_ready(manager: MCPManager) -> 
         def is_ready(self, server: str) -> bool:
             return server != "alpha" and manager.is_ready(server)
 
-        async def call_tool(self, server: str, tool: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
-            return await manager.call_tool(server, tool, arguments)
+        async def call_tool(
+            self, server: str, tool: str, arguments: dict[str, Any] | None, **options: Any
+        ) -> types.CallToolResult:
+            return await manager.call_tool(server, tool, arguments, **options)
 
     full = manager.catalog()
     meta = MetaTools(ToolSearchEngine(full, ToolSearchSettings(ranking="lexical")), AlphaDown(), full_catalog=full)
@@ -189,3 +196,46 @@ async def test_a_recursive_ref_or_absurdly_deep_arguments_are_answered_not_crash
         node = node["a"]
     refused = await meta.call_tool("alpha__echo", {"text": "x", "extra": deep})
     assert refused.is_error and "nested more than" in _text(refused)
+
+
+async def test_errors_carry_no_structured_content_that_an_output_schema_would_reject(manager: MCPManager) -> None:
+    """TypeScript SDK v1 and MCP Inspector validate structuredContent against the tool's outputSchema even
+    on an error (`add` declares one: {"result": integer}); the kind travels in _meta instead."""
+    result = await _meta(manager).call_tool("alpha__add", {"a": "two"})
+    wire = result.model_dump(by_alias=True, exclude_none=True)
+    assert wire["isError"] is True and "structuredContent" not in wire
+    assert wire["_meta"] == {"orchestrator/error": "invalid_arguments"}
+
+
+async def test_values_in_error_messages_are_json_not_python(manager: MCPManager) -> None:
+    meta = _meta(manager)
+    message = _text(await meta.call_tool("alpha__add", {"a": None, "b": True}))
+    assert "null is not of type" in message and "true is not of type" in message
+    assert "None" not in message and "True" not in message
+    assert "got false" in _text(meta.tool_search("echo", False))
+
+
+async def test_in_full_mode_hints_never_point_at_tool_search(manager: MCPManager) -> None:
+    full_mode = _meta(manager, search_offered=False)
+    unknown = _text(await full_mode.call_tool("alpha__ech", {"text": "x"}))
+    assert "Closest names: alpha__echo" in unknown and "tool_search" not in unknown and "tools/list" in unknown
+    hidden = _text(
+        await _meta(manager, ProfileFilter(deny=("*__whoami",)), search_offered=False).call_tool("alpha__whoami")
+    )
+    assert "not available" in hidden and "tool_search" not in hidden
+
+
+async def test_results_do_not_carry_the_upstream_servers_identity(manager: MCPManager) -> None:
+    """The SDK's servers stamp `io.modelcontextprotocol/serverInfo` on results (2026-07-28): an agent talks
+    to the surface in front of them and must not see which server answered."""
+    direct = await manager.call_tool("alpha", "echo", {"text": "x"})
+    assert "io.modelcontextprotocol/serverInfo" in (direct.meta or {})  # what the upstream sends
+    relayed = await _meta(manager).call_tool("alpha__echo", {"text": "x"})
+    failed = await _meta(manager).call_tool("alpha__fail", {"message": "no"})
+    for result in (relayed, failed):
+        assert not any(key.startswith("io.modelcontextprotocol/") for key in (result.meta or {}))
+
+
+async def test_a_short_name_a_client_was_given_routes_to_its_tool(manager: MCPManager) -> None:
+    meta = _meta(manager, names={"al-1": "alpha__echo"}.get)
+    assert _text(await meta.call_tool("al-1", {"text": "via short name"})) == "via short name"

@@ -116,6 +116,26 @@ def test_rules_unit_tests_pass_in_promtool() -> None:
 
 
 @needs_promtool
+def test_promtool_unit_tests_fail_when_saved_tokens_lose_their_sign(tmp_path: Path) -> None:
+    """The session tests can fail too: saved tokens as sent - counterfactual would alert on the wrong mode."""
+    text = RULES.read_text(encoding="utf-8")
+    right = (
+        "sum by (job, agent, mode) (increase(orchestrator_session_tokens_counterfactual_sum[1h]))\n"
+        "            - sum by (job, agent, mode) (increase(orchestrator_session_tokens_sent_sum[1h]))"
+    )
+    swapped = (
+        "sum by (job, agent, mode) (increase(orchestrator_session_tokens_sent_sum[1h]))\n"
+        "            - sum by (job, agent, mode) (increase(orchestrator_session_tokens_counterfactual_sum[1h]))"
+    )
+    assert right in text
+    (tmp_path / RULES.name).write_text(text.replace(right, swapped))
+    shutil.copy(RULES_TESTS, tmp_path / RULES_TESTS.name)
+    result = _promtool("test", "rules", RULES_TESTS.name, cwd=tmp_path)
+    assert result.returncode != 0
+    assert "OrchestratorToolModeCostsMore" in result.stdout + result.stderr
+
+
+@needs_promtool
 def test_promtool_unit_tests_fail_when_a_rule_is_wrong(tmp_path: Path) -> None:
     """The unit tests can fail: a miss threshold of 0.5 must not let the 40 % miss alert fire."""
     text = RULES.read_text(encoding="utf-8")
@@ -133,6 +153,9 @@ def test_every_alert_has_a_hold_time_a_severity_and_both_annotations() -> None:
         "OrchestratorToolSearchMissRateHigh",
         "OrchestratorHybridRankingFallingBack",
         "OrchestratorToolCallErrorRatioHigh",
+        "OrchestratorToolModeCostsMore",
+        "OrchestratorServerDown",
+        "OrchestratorServerRestarting",
     }
     for rule in alerts:
         assert re.fullmatch(r"\d+[smh]", rule.get("for", "")), rule["alert"]

@@ -15,8 +15,11 @@ One module fixture runs the whole scenario once:
 4. The measured round: searches (hits and misses) on the gateway's `/mcp` through the SDK's
    streamable HTTP client; a search-mode spawn (POST /spawns) that expands and calls through
    `call_tool`; a full-mode spawn that calls its tools directly. Some calls to basic fail (`fail`
-   returns isError); every call to paged succeeds.
+   returns isError); every call to paged succeeds. A spawn's calls go out in model rounds (a pause
+   for the model's turn, then the round's calls at once), so each spawn's session (rounds, tokens in
+   both modes) is the same in both rounds and the session figures are exact too.
 5. A bounded wait until Prometheus has scraped the final counts.
+6. `orchestrator tune --prometheus` reads the session figures back through Prometheus.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -45,6 +48,8 @@ import yaml
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from prometheus_client.parser import text_string_to_metric_families
+
+from orchestrator._accounting import BATCH_GAP_S
 
 from .conftest import server_script
 from .test_prometheus_rules import RULES, dashboard_expressions, dashboard_panels, load_rules, metric_names
@@ -97,6 +102,15 @@ CALLS = 2 * (OK_CALLS_PER_SPAWN + FAILED_CALLS_PER_SPAWN)
 FAILED_CALLS = 2 * FAILED_CALLS_PER_SPAWN
 PAGED_CALLS = 2 * PAGED_CALLS_PER_SPAWN
 ROUNDS = 2  # warm-up and measured
+SEARCH_SESSION_ROUNDS = 4
+"""Model rounds of the search-mode spawn: expands, echo calls, fail and paged calls, and the answer."""
+FULL_SESSION_ROUNDS = 3
+"""The full-mode spawn: echo calls, fail and paged calls, the answer."""
+THINK_S = 2 * BATCH_GAP_S
+"""The model's turn before each round of a spawn: past the gateway's batch gap, so every round is counted
+as one however the machine is loaded (the calls of a round go out at once)."""
+ADMIN_TOKEN = "prometheus-scrape-test-admin-token"
+"""`gateway.token`: the admin secret for `/mcp` and the `/spawns` endpoints."""
 
 Labels = frozenset[tuple[str, str]]
 """A query result's label set (without __name__)."""
@@ -138,13 +152,17 @@ def _text(result: Any) -> str:
 
 async def _drive(base: str, index: int) -> Round:
     done = Round()
-    async with Client(f"{base}/mcp") as client:  # the SDK's streamable HTTP client
+    admin_headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    async with (
+        httpx2.AsyncClient(headers=admin_headers, timeout=HTTP_TIMEOUT_S) as http,
+        Client(streamable_http_client(f"{base}/mcp", http_client=http)) as client,  # the SDK's HTTP client
+    ):
         for query, outcome, count in ((HIT_QUERY, "hit", HITS), (MISS_QUERY, "miss", MISSES)):
             for _ in range(count):
                 result = await client.call_tool("tool_search", {"query": query})
                 assert result.structured_content is not None and result.structured_content["outcome"] == outcome
                 done.tools_returned += len(result.structured_content["hits"])
-    async with httpx2.AsyncClient(base_url=base, timeout=HTTP_TIMEOUT_S) as admin:
+    async with httpx2.AsyncClient(base_url=base, headers=admin_headers, timeout=HTTP_TIMEOUT_S) as admin:
         for agent in (SEARCH_AGENT, FULL_AGENT):
             response = await admin.post("/spawns", json={"task": f"round {index} {agent}", "agent": agent})
             assert response.status_code == 201, response.text
@@ -155,34 +173,49 @@ async def _drive(base: str, index: int) -> Round:
                 Client(streamable_http_client(spawn["url"], http_client=http)) as client,
             ):
                 listed = {tool.name for tool in (await client.list_tools()).tools}
-                if agent == SEARCH_AGENT:
-                    assert listed == {"tool_search", "expand_tools", "call_tool"}
-                    for _ in range(EXPANDS):
-                        expanded = await client.call_tool("expand_tools", {"names": [f"{SERVER}__echo"]})
-                        assert not expanded.is_error, _text(expanded)
+                search = agent == SEARCH_AGENT
 
-                    async def call(name: str, arguments: dict[str, Any]) -> Any:
+                async def call(name: str, arguments: dict[str, Any], search: bool = search) -> Any:
+                    if search:
                         return await client.call_tool("call_tool", {"name": name, "arguments": arguments})
+                    return await client.call_tool(name, arguments)
+
+                if search:
+                    assert listed == {"tool_search", "expand_tools", "call_tool"}
+                    expand = partial(client.call_tool, "expand_tools", {"names": [f"{SERVER}__echo"]})
+                    for expanded in await _model_round([expand] * EXPANDS):
+                        assert not expanded.is_error, _text(expanded)
                 else:
                     assert f"{SERVER}__add" in listed and "tool_search" not in listed
-
-                    async def call(name: str, arguments: dict[str, Any]) -> Any:
-                        return await client.call_tool(name, arguments)
-
-                for _ in range(OK_CALLS_PER_SPAWN):
-                    result = await call(f"{SERVER}__echo", {"text": "hi"})
+                echo = partial(call, f"{SERVER}__echo", {"text": "hi"})
+                for result in await _model_round([echo] * OK_CALLS_PER_SPAWN):
                     assert not result.is_error, _text(result)
-                for _ in range(FAILED_CALLS_PER_SPAWN):
-                    result = await call(f"{SERVER}__fail", {"message": "on purpose"})
+                fail = partial(call, f"{SERVER}__fail", {"message": "on purpose"})
+                paged = partial(call, f"{PAGED}__tool_000", {"value": "v"})
+                results = await _model_round([fail] * FAILED_CALLS_PER_SPAWN + [paged] * PAGED_CALLS_PER_SPAWN)
+                for result in results[:FAILED_CALLS_PER_SPAWN]:
                     assert result.is_error and "on purpose" in _text(result)
-                for _ in range(PAGED_CALLS_PER_SPAWN):
-                    result = await call(f"{PAGED}__tool_000", {"value": "v"})
+                for result in results[FAILED_CALLS_PER_SPAWN:]:
                     assert not result.is_error and _text(result) == "tool_000: v"
             closed = await admin.delete(f"/spawns/{spawn['id']}")
             assert closed.status_code == 200, closed.text
             done.spawns[agent] = closed.json()
     assert done.spawns[SEARCH_AGENT]["mode"] == "search" and done.spawns[FULL_AGENT]["mode"] == "full"
     return done
+
+
+async def _model_round(calls: list[Callable[[], Awaitable[Any]]]) -> list[Any]:
+    """One model round: the model's turn (THINK_S), then its tool calls at once; their results in order."""
+    await anyio.sleep(THINK_S)
+    results: list[Any] = [None] * len(calls)
+
+    async def one(index: int) -> None:
+        results[index] = await calls[index]()
+
+    async with anyio.create_task_group() as group:
+        for index in range(len(calls)):
+            group.start_soon(one, index)
+    return results
 
 
 # --------------------------------------------------------------------------- Prometheus's HTTP API
@@ -229,6 +262,8 @@ class Scenario:
     prometheus: PrometheusAPI
     metrics_url: str
     measured: Round
+    warm_up: Round
+    config: Path
 
 
 def _terminate(process: subprocess.Popen[bytes]) -> None:
@@ -239,6 +274,13 @@ def _terminate(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def _servers_ready(base: str) -> bool:
+    request = urllib.request.Request(f"{base}/health", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
+        servers = json.loads(response.read())["servers"]
+    return {server["name"]: server["state"] for server in servers} == {SERVER: "ready", PAGED: "ready"}
 
 
 def _read_banner(log: Path, process: subprocess.Popen[bytes]) -> str:
@@ -277,6 +319,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
                     FULL_AGENT: {"tool_search": {"threshold_tokens": 1_000_000}},
                 },
                 "telemetry": {"exporter": "prometheus", "prometheus": {"host": "127.0.0.1", "port": metrics_port}},
+                "gateway": {"token": ADMIN_TOKEN},
             }
         )
     )
@@ -302,7 +345,9 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
     prometheus: subprocess.Popen[bytes] | None = None
     try:
         gateway = _read_banner(serve_log, serve)
-        anyio.run(_drive, gateway, 0)  # warm-up: before Prometheus's first scrape
+        # The gateway answers at once and adds servers as they come up: the traffic needs both.
+        _wait_for("both servers ready", SERVE_START_S, partial(_servers_ready, gateway))
+        warm_up = anyio.run(_drive, gateway, 0)  # before Prometheus's first scrape
 
         prometheus_port = _free_port()
         (folder / "prometheus.yml").write_text(
@@ -358,13 +403,14 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
             'sum(mcp_tool_search_invocations_total{outcome="hit"})': ROUNDS * HITS,
             "sum(mcp_tool_calls_total)": ROUNDS * (CALLS + PAGED_CALLS),
             "sum(orchestrator_spawns_total)": ROUNDS * 2,
+            "sum(orchestrator_session_rounds_count)": ROUNDS * 2,
         }
         _wait_for(
             "prometheus has scraped the final counts",
             SCRAPED_S,
             lambda: all(api.value(expr) == value for expr, value in final.items()),
         )
-        yield Scenario(api, f"http://127.0.0.1:{metrics_port}/metrics", measured)
+        yield Scenario(api, f"http://127.0.0.1:{metrics_port}/metrics", measured, warm_up, config)
     finally:
         if prometheus is not None:
             _terminate(prometheus)
@@ -504,6 +550,12 @@ def _panel_results(api: PrometheusAPI) -> dict[str, dict[str, dict[Labels, float
     return results
 
 
+def _actions(session: dict[str, Any]) -> dict[str, int]:
+    """A session's counts as `orchestrator_session_actions_total` labels them."""
+    hits = session["searches"] - session["misses"]
+    return {"hit": hits, "miss": session["misses"], "expand": session["expands"], "call": session["calls"]}
+
+
 def _scraped(url: str, name: str) -> dict[str, float]:
     """{server: value} of one gauge, read straight from the gateway's endpoint."""
     with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as response:
@@ -541,6 +593,24 @@ def test_every_dashboard_panel_shows_the_measured_traffic(scenario: Scenario) ->
         },
         "Catalog tools by server": {"A": {_labels(server=SERVER): BASIC_TOOLS, _labels(server=PAGED): PAGED_TOOLS}},
         "Catalog tokens by server": {"A": {_labels(server=name): value for name, value in tokens.items()}},
+        "Server states": {"A": {_labels(server=SERVER, state="ready"): 1, _labels(server=PAGED, state="ready"): 1}},
+        "Tokens per session by agent and mode": {
+            "A": {labels: _approx(stats["session"]["tokens"]) for labels, stats in by_spawn.items()},
+            "B": {labels: _approx(stats["session"]["counterfactual_tokens"]) for labels, stats in by_spawn.items()},
+        },
+        "Tokens saved per session by agent and mode": {
+            "A": {labels: _approx(stats["session"]["saved_tokens"]) for labels, stats in by_spawn.items()}
+        },
+        "Rounds per session by agent and mode": {
+            "A": {labels: _approx(stats["session"]["rounds"]) for labels, stats in by_spawn.items()}
+        },
+        "Searches, expands and calls per session": {
+            "A": {
+                labels | {("action", action)}: _approx(count)
+                for labels, stats in by_spawn.items()
+                for action, count in _actions(stats["session"]).items()
+            }
+        },
     }
     # Rates and extrapolated increases: the right series, each above zero.
     label_sets = {
@@ -554,6 +624,7 @@ def test_every_dashboard_panel_shows_the_measured_traffic(scenario: Scenario) ->
             _labels(server=PAGED, result="ok"),
         },
         "tools/call duration by server (p95)": {_labels(server=SERVER), _labels(server=PAGED)},
+        "Finished sessions by agent and mode": set(by_spawn),
     }
     fallback_panels = {  # checked in the fallback test above
         "Searches answered lexically instead of hybrid",
@@ -574,3 +645,99 @@ def test_every_dashboard_panel_shows_the_measured_traffic(scenario: Scenario) ->
         else:
             assert all(0 < value < math.inf for value in result.values()), (title, result)
     assert HITS + MISSES <= panels["Searches"]["A"][nothing] < ROUNDS * (HITS + MISSES)
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+def test_each_finished_spawn_session_is_exported_by_agent_and_mode(scenario: Scenario) -> None:
+    api, warm_up, measured = scenario.prometheus, scenario.warm_up, scenario.measured
+    search, full = measured.spawns[SEARCH_AGENT]["session"], measured.spawns[FULL_AGENT]["session"]
+    # The same script each round gives the same sessions: what makes the rates below exact.
+    assert {agent: stats["session"] for agent, stats in warm_up.spawns.items()} == {
+        agent: stats["session"] for agent, stats in measured.spawns.items()
+    }
+    calls = OK_CALLS_PER_SPAWN + FAILED_CALLS_PER_SPAWN + PAGED_CALLS_PER_SPAWN
+    assert (search["rounds"], search["expands"], search["calls"]) == (SEARCH_SESSION_ROUNDS, EXPANDS, calls)
+    assert (full["rounds"], full["expands"], full["calls"]) == (FULL_SESSION_ROUNDS, 0, calls)
+    # Full mode would have skipped the expand round; search mode would have found echo, fail and tool_000.
+    assert search["full_mode"]["rounds"] == SEARCH_SESSION_ROUNDS - 1
+    assert full["search_mode"]["rounds"] == FULL_SESSION_ROUNDS + 2 * 2  # a search and an expand round each
+    searcher, fuller = _labels(agent=SEARCH_AGENT, mode="search"), _labels(agent=FULL_AGENT, mode="full")
+    sessions = {searcher: search, fuller: full}
+    assert api.query("sum by (agent, mode) (orchestrator_session_rounds_count)") == {searcher: ROUNDS, fuller: ROUNDS}
+    for metric, key in (
+        ("orchestrator_session_rounds_sum", "rounds"),
+        ("orchestrator_session_tokens_sent_sum", "tokens"),
+        ("orchestrator_session_tokens_counterfactual_sum", "counterfactual_tokens"),
+    ):
+        expected = {labels: ROUNDS * session[key] for labels, session in sessions.items()}
+        assert api.query(f"sum by (agent, mode) ({metric})") == expected, metric
+    assert api.query("sum by (agent, mode, action) (orchestrator_session_actions_total)") == {
+        labels | {("action", action)}: ROUNDS * count
+        for labels, session in sessions.items()
+        for action, count in _actions(session).items()
+    }
+    # No series of the new instruments with an empty label.
+    for labels in ('agent=""', 'mode=""'):
+        assert api.query(f'{{__name__=~"orchestrator_session_.+", {labels}}}') == {}, labels
+    assert api.query('orchestrator_session_actions_total{action=""}') == {}
+    assert api.query('mcp_server_state{server=""} or mcp_server_state{state=""}') == {}
+
+
+def test_session_recording_rules_give_the_measured_sessions(scenario: Scenario) -> None:
+    api, measured = scenario.prometheus, scenario.measured
+    sessions = {
+        _labels(job=JOB, agent=SEARCH_AGENT, mode="search"): measured.spawns[SEARCH_AGENT]["session"],
+        _labels(job=JOB, agent=FULL_AGENT, mode="full"): measured.spawns[FULL_AGENT]["session"],
+    }
+    rules = {rule["record"]: rule["expr"] for rule in load_rules() if "record" in rule}
+    for name, key in (
+        ("job_agent_mode:orchestrator_session_rounds:mean1h", "rounds"),
+        ("job_agent_mode:orchestrator_session_expands:mean1h", "expands"),
+        ("job_agent_mode:orchestrator_session_tokens_sent:mean1h", "tokens"),
+        ("job_agent_mode:orchestrator_session_tokens_counterfactual:mean1h", "counterfactual_tokens"),
+        ("job_agent_mode:orchestrator_session_tokens_saved:mean1h", "saved_tokens"),
+    ):
+        expected = {labels: _approx(session[key]) for labels, session in sessions.items()}
+        assert api.query(rules[name]) == expected, name
+        _wait_for(f"recorded {name}", SCRAPED_S, partial(_query_is, api, name, expected))
+    # An increase is extrapolated to the window: one measured session each, a little more, never two.
+    counted = api.query(rules["job_agent_mode:orchestrator_sessions:increase1h"])
+    assert set(counted) == set(sessions) and all(1 <= value < ROUNDS for value in counted.values()), counted
+
+
+def test_tune_reads_each_profiles_sessions_back_from_prometheus(scenario: Scenario) -> None:
+    measured = scenario.measured
+    done = subprocess.run(
+        [
+            ORCHESTRATOR,
+            "--config",
+            str(scenario.config),
+            "tune",
+            "--prometheus",
+            scenario.prometheus.base,
+            "--window",
+            "1h",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=SERVE_START_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    agents = {item["agent"]: item for item in report["agents"]}
+    assert set(agents) == {SEARCH_AGENT, FULL_AGENT}
+    for agent, mode in ((SEARCH_AGENT, "search"), (FULL_AGENT, "full")):
+        session = measured.spawns[agent]["session"]
+        figures = agents[agent]["by_mode"][mode]
+        assert list(agents[agent]["by_mode"]) == [mode]
+        assert figures["rounds"] == _approx(session["rounds"]) and figures["expands"] == _approx(session["expands"])
+        assert figures["tokens"] == _approx(session["tokens"])
+        assert figures["other_mode_tokens"] == _approx(session["counterfactual_tokens"])
+        # Today's catalog, read from the configured servers: every tool, as the full-mode spawn was sent.
+        assert agents[agent]["catalog_tokens"] == measured.spawns[FULL_AGENT]["tokens_sent"]
+        assert agents[agent]["recommended_threshold"] is None  # one measured session each: too few
+    assert report["message"].startswith("too little data: ")

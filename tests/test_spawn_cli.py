@@ -24,6 +24,8 @@ AGENT = REPO / "tests" / "agents" / "agent.py"
 ORCHESTRATOR = str(Path(sys.executable).with_name("orchestrator"))
 PROCESS_TIMEOUT_S = 120
 # A bound, not an expectation: a cold spawn here is a few seconds.
+BANNER_MAX_LINES = 20
+# Lines of stderr read while waiting for serve's banner (deprecation warnings may come first).
 
 
 def _free_port() -> int:
@@ -32,7 +34,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture()
+@pytest.fixture
 def config(tmp_path: Path) -> Path:
     """A bernstein.yaml with mcp-server-time, a search-mode agent running tests/agents/agent.py, a free port."""
     data = {
@@ -43,7 +45,14 @@ def config(tmp_path: Path) -> Path:
         "agents": {
             "searcher": {
                 "tool_search": {"threshold_tokens": 0},
-                "command": [sys.executable, str(AGENT), "--config", "{mcp_config}", "--out", f"{tmp_path}/{{task}}.json"],
+                "command": [
+                    sys.executable,
+                    str(AGENT),
+                    "--config",
+                    "{mcp_config}",
+                    "--out",
+                    f"{tmp_path}/{{task}}.json",
+                ],
                 "timeout_s": 60,
             }
         },
@@ -52,6 +61,18 @@ def config(tmp_path: Path) -> Path:
     path = tmp_path / "bernstein.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+def _banner(serve: subprocess.Popen[str]) -> str:
+    """The line `orchestrator serve` prints once it listens (warnings printed before it are skipped)."""
+    assert serve.stderr is not None
+    seen = []
+    for _ in range(BANNER_MAX_LINES):
+        line = serve.stderr.readline()
+        seen.append(line)
+        if not line or line.startswith("gateway: "):
+            return line
+    return "".join(seen)
 
 
 def _orchestrator(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -77,7 +98,7 @@ def test_orchestrator_spawn_runs_a_real_agent_cold_then_through_a_running_gatewa
     serve = subprocess.Popen([ORCHESTRATOR, "--config", str(config), "serve"], stderr=subprocess.PIPE, text=True)
     try:
         assert serve.stderr is not None
-        banner = serve.stderr.readline()  # printed once the gateway listens
+        banner = _banner(serve)
         assert "gateway: agent 'default'" in banner, banner
         warm = _orchestrator(config, "spawn", "--task", "warm-run", "--agent", "searcher")
         assert warm.returncode == 0, warm.stderr
@@ -92,7 +113,16 @@ def test_orchestrator_spawn_runs_a_real_agent_cold_then_through_a_running_gatewa
 
     # A later spawn of the first task gets the tool it called pinned (the history outlives both gateways).
     plan = json.loads(
-        _dry_run(config, shared_data / "catalogs" / "time.json", "--task", "cold-run", "--agent", "searcher", "--format", "json")
+        _dry_run(
+            config,
+            shared_data / "catalogs" / "time.json",
+            "--task",
+            "cold-run",
+            "--agent",
+            "searcher",
+            "--format",
+            "json",
+        )
     )
     assert "time__get_current_time" in plan["pinned"]
 
@@ -104,7 +134,11 @@ def test_orchestrator_serve_over_stdio_presents_the_agents_tools(config: Path) -
             command=ORCHESTRATOR, args=["--config", str(config), "serve", "--transport", "stdio"], env=dict(os.environ)
         )
         async with Client(params) as client:
-            return [tool.name for tool in (await client.list_tools()).tools]
+            # serve answers at once with what is up; the time server's tools arrive when it is.
+            with anyio.fail_after(PROCESS_TIMEOUT_S):
+                while not (names := [tool.name for tool in (await client.list_tools()).tools]):  # noqa: ASYNC110 (a stdio client hears no change here)
+                    await anyio.sleep(0.1)
+            return names
 
     assert anyio.run(listed) == ["time__convert_time", "time__get_current_time"]
 

@@ -1,19 +1,19 @@
 """Task history: the tools each task called, so its later spawns get them pinned.
 
-One small JSON file per task in the cache root's `tasks/` folder, written atomically; a spawn in
-another process (the cold path) sees what earlier spawns of the task called. Blocking file I/O: the
-gateway calls it off its event loop.
+One small record per task in the store (`tasks/<task id>`): by default a JSON file in the cache root's
+`tasks/` folder, so a spawn in another process (the cold path) sees what earlier spawns of the task
+called; with `store.url` in Redis, so gateway replicas on several machines see it too. Blocking I/O:
+the gateway calls it off its event loop.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 
 from ._config import Settings
 from ._planning import RECENT_TOOLS_LIMIT
-from .protocols.mcp._cache import atomic_write
+from ._store import FileStore, MemoryStore, Store, StoreError, open_store
 
 __all__ = ["TaskHistory"]
 
@@ -21,63 +21,53 @@ __all__ = ["TaskHistory"]
 class TaskHistory:
     """The tools each task called, most recent first, so its later spawns get them pinned.
 
-    Kept in memory and, when `folder` is given, in one small JSON file per task, so a spawn in another
-    process (the cold path) sees what earlier spawns of the task called. Last writer wins.
+    Args:
+        store: where the records live. A `Store`; a folder (one `<task>.json` file per task in it, as
+            before the store existed); or None, in memory for this process only.
+        namespace: the store namespace of the records (`tasks`: the cache root's `tasks/` folder).
+        limit: most tools kept per task.
+
+    Read through on every call (no copy in memory), so replicas sharing a store see each other's
+    records. Last writer wins.
     """
 
-    def __init__(self, folder: Path | None = None, *, limit: int = RECENT_TOOLS_LIMIT) -> None:
-        self._folder = folder
+    def __init__(
+        self, store: Store | Path | None = None, *, namespace: str = "tasks", limit: int = RECENT_TOOLS_LIMIT
+    ) -> None:
+        if isinstance(store, Path):  # <folder>/<task>.json, as before the store existed
+            namespace = store.name
+            store = FileStore(store.parent)
+        self.store: Store = store if store is not None else MemoryStore()
+        self._namespace = namespace
         self._limit = limit
-        self._memory: dict[str, list[str]] = {}
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> TaskHistory:
-        """Kept on disk in the cache root's `tasks/` folder (`mcp.cache_dir`)."""
-        return cls(settings.mcp.task_history_dir())
+    def from_settings(cls, settings: Settings, store: Store | None = None) -> TaskHistory:
+        """In `store`, else the store `settings` name (files under `mcp.cache_dir`, or `store.url`)."""
+        return cls(store if store is not None else open_store(settings))
 
     def recent(self, task_id: str) -> list[str]:
         """Most recently called first."""
-        if task_id in self._memory:
-            return list(self._memory[task_id])
-        names = self._read(task_id)
-        self._memory[task_id] = names
-        return list(names)
+        try:
+            data = self.store.get(self._key(task_id))
+        except (OSError, ValueError, StoreError):  # boundary: history is an optimisation; no store, no history
+            return []
+        names = data.get("recent") if isinstance(data, dict) else None
+        return [name for name in names if isinstance(name, str)][: self._limit] if isinstance(names, list) else []
 
     def record(self, task_id: str, called: Iterable[str]) -> list[str]:
         """Add tools called (oldest first, as `MetaStats.called` lists them); returns the new history."""
-        names = list(self.recent(task_id))
+        names = self.recent(task_id)
         for name in called:
             if name in names:
                 names.remove(name)
             names.insert(0, name)
         names = names[: self._limit]
-        self._memory[task_id] = names
-        self._write(task_id, names)
+        try:
+            self.store.put(self._key(task_id), {"task_id": task_id, "recent": names})
+        except (OSError, StoreError):  # boundary: a read-only cache or a store that is down must not fail a spawn
+            pass
         return list(names)
 
-    def _path(self, task_id: str) -> Path | None:
-        if self._folder is None:
-            return None
-        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in task_id)[:100] or "_"
-        return self._folder / f"{safe}.json"
-
-    def _read(self, task_id: str) -> list[str]:
-        path = self._path(task_id)
-        if path is None:
-            return []
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):  # no history yet, or a damaged file: start afresh
-            return []
-        names = data.get("recent") if isinstance(data, dict) else None
-        return [name for name in names if isinstance(name, str)][: self._limit] if isinstance(names, list) else []
-
-    def _write(self, task_id: str, names: list[str]) -> None:
-        path = self._path(task_id)
-        if path is None:
-            return
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, json.dumps({"task_id": task_id, "recent": names}))
-        except OSError:  # boundary: history is an optimisation; a read-only cache must not fail a spawn
-            pass
+    def _key(self, task_id: str) -> str:
+        return f"{self._namespace}/{task_id or '_'}"

@@ -1,9 +1,11 @@
 """Launching one agent for one task: the I/O edge of the spawn path.
 
-`spawn_agent(settings, task, agent)` is what `orchestrator spawn` runs. Warm path: a gateway already
-answers at `gateway.host:port`, so the spawn is registered there (`POST /spawns`) and the agent reuses
-its live server connections. Cold path: nothing answers, so this process starts the manager (only the
-servers the profile may use) and a gateway on a free loopback port for the length of the spawn.
+`spawn_agent(settings, task, agent)` is what `orchestrator spawn` runs. Warm path: a gateway answers at
+`gateway.host:port` and proves it holds the gateway's secret (`gateway.token`, or the one `orchestrator
+serve` wrote to its runtime file), so the spawn is opened there (`POST /spawns`) and the agent reuses its
+live server connections. Cold path: nothing answers, no secret is known, or the process on the port
+cannot prove itself (it gets nothing: a one-line warning says so), so this process starts the manager
+(only the servers the profile may use) and a private gateway on a free loopback port for the spawn.
 Either way the agent gets an MCP config file pointing at its own spawn endpoint, its command template
 is filled in, and the process is awaited within the profile's `timeout_s`.
 """
@@ -12,12 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+import re
 import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -26,7 +30,8 @@ import anyio
 
 from ._config import AgentProfile, Settings
 from ._errors import ConfigError
-from ._gateway import Gateway, GatewayClient, client_base_url
+from ._gateway import Gateway, GatewayClient
+from ._gateway.client import GatewayAuthError
 from ._history import TaskHistory
 from ._planning import matches_any
 from ._telemetry import Telemetry
@@ -41,13 +46,20 @@ __all__ = [
     "spawn_agent",
 ]
 
-PLACEHOLDERS = ("{task}", "{mcp_config}", "{mcp_url}", "{tools_prompt}", "{prompt_file}")
+PLACEHOLDERS = ("{task}", "{mcp_config}", "{mcp_url}", "{tools_prompt}", "{prompt_file}", "{server_name}")
 # What a command template may contain; replaced literally, so other braces (JSON) pass through untouched.
-# `{mcp_url}` is for agents without a config-file flag (Codex: `-c mcp_servers.NAME.url="{mcp_url}"`).
+# `{mcp_url}` is for agents without a config-file flag (Codex: `-c mcp_servers.{server_name}.url="{mcp_url}"`);
+# `{server_name}` is the gateway's name in the spawn's MCP config (gateway.server_name), which clients put
+# before tool names (`mcp__{server_name}__*` in Claude Code's --allowedTools).
+_PLACEHOLDER_PATTERN = re.compile("|".join(re.escape(placeholder) for placeholder in PLACEHOLDERS))
 KILL_GRACE_S = 3.0
 # After the timeout: SIGTERM to the agent's process group, then SIGKILL if it is still there this long after.
 MCP_CONFIG_NAME = "mcp.json"
+SECRET_ENV_VARS = ("BERNSTEIN_GATEWAY__TOKEN", "BERNSTEIN_GATEWAY__SIGNING_KEY", "BERNSTEIN_STORE__URL")
+# Never handed to an agent: with them it could open spawns for any profile, or rewrite the store.
 PROMPT_FILE_NAME = "tools-prompt.md"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -94,22 +106,15 @@ class SpawnSummary:
 
 
 def fill_command(template: Sequence[str], values: Mapping[str, str]) -> list[str]:
-    """The argv with each `{placeholder}` replaced by its value (values are never re-parsed)."""
-    argv = []
-    for part in template:
-        for placeholder in PLACEHOLDERS:
-            if placeholder in part:
-                part = part.replace(placeholder, values[placeholder.strip("{}")])
-        argv.append(part)
-    return argv
+    """The argv with each `{placeholder}` replaced by its value, in one pass: a value that itself holds a
+    placeholder (a task text quoting `{mcp_url}`) is never re-parsed."""
+    return [_PLACEHOLDER_PATTERN.sub(lambda match: values[match.group(0).strip("{}")], part) for part in template]
 
 
 def profile_servers(settings: Settings, profile: AgentProfile) -> list[str]:
     """The enabled servers an agent profile may use: all a cold spawn has to start."""
     return [
-        name
-        for name, server in settings.mcp.servers.items()
-        if server.enabled and matches_any(name, profile.servers)
+        name for name, server in settings.mcp.servers.items() if server.enabled and matches_any(name, profile.servers)
     ]
 
 
@@ -169,20 +174,30 @@ async def spawn_agent(
     stdout: IO[Any] | int | None = None,
     workdir: Path | None = None,
     telemetry: Telemetry | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> SpawnSummary:
     """Plan, launch and await one agent through a running gateway (warm) or one started for it (cold).
 
+    Args:
+        warn: where the one-line warning goes when the process on the gateway's port fails to prove it
+            is the gateway (default: this module's logger).
+
     Raises:
-        ConfigError: unknown profile, no command template, or the command cannot start.
+        ConfigError: unknown profile, no command template, the command cannot start, or the profile's
+            `timeout_s` outlives `gateway.spawn_ttl_s`.
     """
     profile = settings.agent(agent)
     if not profile.command:
         raise ConfigError(
             f"agents.{agent}.command: not set, so there is nothing to launch (use --dry-run to see the plan)"
         )
-    gw = settings.gateway
-    client = GatewayClient(client_base_url(gw.host, gw.port), gw.token)
-    if await client.health() is not None:
+    if profile.timeout_s > settings.gateway.spawn_ttl_s:
+        raise ConfigError(
+            f"agents.{agent}.timeout_s: {profile.timeout_s:g} s outlives gateway.spawn_ttl_s "
+            f"({settings.gateway.spawn_ttl_s:g} s): the agent's credential would expire while it runs"
+        )
+    client = GatewayClient.from_settings(settings)
+    if await _gateway_proven(client, warn):
         info = await client.open_spawn(task, agent, task_id)
         try:
             run = await _launch(settings, profile, task, info, stdout, workdir)
@@ -199,22 +214,46 @@ async def spawn_agent(
     return _summary(info, stats, run, "cold")
 
 
+async def _gateway_proven(client: GatewayClient, warn: Callable[[str], None] | None) -> bool:
+    """True when a gateway answers at the configured address and proves it holds its secret; False
+    (the cold path) when none answers or no secret is known, and, with a warning, when an impostor does."""
+    if not client.has_secret:
+        return False
+    try:
+        return await client.authenticate()
+    except GatewayAuthError as exc:
+        message = f"{exc}; starting a private gateway for this spawn instead (cold path)"
+        if warn is not None:
+            warn(message)
+        else:
+            log.warning("%s", message)
+        return False
+
+
 @contextlib.asynccontextmanager
-async def _cold_gateway(settings: Settings, profile: AgentProfile, telemetry: Telemetry | None) -> AsyncIterator[Gateway]:
-    """The manager (the profile's servers only) and a gateway on a free loopback port, for one spawn."""
+async def _cold_gateway(
+    settings: Settings, profile: AgentProfile, telemetry: Telemetry | None
+) -> AsyncIterator[Gateway]:
+    """The manager (the profile's servers only) and a gateway on a free loopback port, for one spawn.
+
+    Its admin secret exists only in this process (never written, never given to the agent), so the
+    agent reaches nothing but its own spawn endpoint, whose credential carries its profile."""
     from .protocols.mcp._embedding import EmbeddingRuntime
     from .protocols.mcp._manager import MCPManager
 
-    history = TaskHistory.from_settings(settings)
+    history = TaskHistory.from_settings(settings)  # in the shared store: later spawns see what this one called
     servers = profile_servers(settings, profile)
-    with EmbeddingRuntime.from_settings(settings) as embeddings:
-        async with MCPManager(settings, servers=servers, telemetry=telemetry) as manager:
-            gateway = Gateway(settings, manager, history=history, telemetry=telemetry, embeddings=embeddings)
-            try:
-                async with gateway.running("127.0.0.1", 0):
-                    yield gateway
-            finally:
-                gateway.close()
+    try:
+        with EmbeddingRuntime.from_settings(settings) as embeddings:
+            async with MCPManager(settings, servers=servers, telemetry=telemetry) as manager:
+                gateway = Gateway(settings, manager, history=history, telemetry=telemetry, embeddings=embeddings)
+                try:
+                    async with gateway.running("127.0.0.1", 0):
+                        yield gateway
+                finally:
+                    gateway.close()
+    finally:
+        history.store.close()
 
 
 async def _launch(
@@ -240,9 +279,10 @@ async def _launch(
             "mcp_url": info["url"],
             "tools_prompt": prompt,
             "prompt_file": str(prompt_path),
+            "server_name": next(iter(info["mcp_config"]["mcpServers"])),  # the serving gateway's own name
         }
         env = {
-            **os.environ,
+            **_without_secrets(os.environ, settings),
             **profile.env,
             "ORCHESTRATOR_SPAWN_ID": info["id"],
             "ORCHESTRATOR_TASK_ID": info["task_id"],
@@ -259,7 +299,9 @@ async def _launch(
         )
 
 
-def _summary(info: Mapping[str, Any], stats: Mapping[str, Any], run: AgentRun, path: Literal["warm", "cold"]) -> SpawnSummary:
+def _summary(
+    info: Mapping[str, Any], stats: Mapping[str, Any], run: AgentRun, path: Literal["warm", "cold"]
+) -> SpawnSummary:
     plan = info["plan"]
     return SpawnSummary(
         spawn_id=info["id"],
@@ -280,7 +322,13 @@ def _summary(info: Mapping[str, Any], stats: Mapping[str, Any], run: AgentRun, p
     )
 
 
+def _without_secrets(environ: Mapping[str, str], settings: Settings) -> dict[str, str]:
+    """The environment without the gateway's secrets: the variables that set them, and any variable
+    holding one of them (`gateway.token: ${MY_TOKEN}` passes MY_TOKEN to this process too)."""
+    secrets = {value for value in (settings.gateway.token, settings.gateway.signing_key, settings.store.url) if value}
+    return {name: value for name, value in environ.items() if name not in SECRET_ENV_VARS and value not in secrets}
+
+
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-

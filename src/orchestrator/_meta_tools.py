@@ -5,10 +5,18 @@ expand and a call behave and count the same everywhere. Every outcome is a `Call
 errors as tool results, so each error says what was wrong and what to do instead (a corrective error),
 never a protocol failure.
 
+An error result carries its message as text and its kind in `_meta["orchestrator/error"]`, never
+`structuredContent`: a client validates structured content against the called tool's `outputSchema`
+even on errors (TypeScript SDK v1, MCP Inspector: -32602), and an error cannot match every output
+schema. Values in messages are JSON (`null`, `true`, `"text"`), as the model wrote them.
+
 `call_tool` checks, in order: the name (unknown -> closest names; hidden by the agent's profile -> refused),
 the arguments (a JSON string where an object belongs is repaired; anything else that does not match the
 tool's input schema comes back listing each problem and the expected arguments), then routes through the
-manager to the first ready server offering the tool.
+manager to the first ready server offering the tool. What the caller asked to hear while the tool runs
+(progress, log messages: a `CallRelay`) goes along; the server's own protocol stamps (`_meta` keys under
+`io.modelcontextprotocol/`, e.g. its `serverInfo`) are taken off the result, which the caller receives
+from this surface, not from that server.
 
 Searching, expanding and checking a call are CPU work, and the `on_called` hook may write a file: a server
 passes `offload` (the gateway's worker pool) so the async entry points, `dispatch` and `call_tool`, run
@@ -27,6 +35,7 @@ import jsonschema
 import mcp.types as types
 from jsonschema.exceptions import SchemaError
 from jsonschema.exceptions import ValidationError as SchemaValidationError
+from mcp.shared.dispatcher import ProgressFnT
 
 from ._errors import (
     ExpandError,
@@ -43,22 +52,34 @@ from .protocols.mcp._search import ToolSearchEngine
 
 __all__ = [
     "CALL_TOOL",
+    "ERROR_META_KEY",
     "EXPAND_TOOLS",
     "META_TOOL_NAMES",
     "TOOL_SEARCH",
+    "CallRelay",
     "MetaStats",
     "MetaTools",
     "Offload",
     "ToolRouter",
     "Visibility",
+    "error_kind",
+    "error_result",
     "meta_tool_definitions",
+    "without_upstream_stamps",
 ]
 
 _EXPECTED_LIMIT = 12
 # Parameters listed in an "expected arguments" hint; the model can expand_tools for the rest.
+ERROR_META_KEY = "orchestrator/error"
+# `_meta` key of a corrective error result holding its kind (`invalid_arguments`, `unknown_tool`, ...);
+# `_meta` because `structuredContent` would be checked against the called tool's output schema.
+_PROTOCOL_META_PREFIX = "io.modelcontextprotocol/"
+# Reserved `_meta` keys a server stamps on its own results (serverInfo at 2026-07-28): they describe the
+# upstream hop, so they are not passed on.
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
+ResultT = TypeVar("ResultT", bound=types.Result)
 
 
 def meta_tool_definitions() -> list[dict[str, Any]]:
@@ -66,12 +87,47 @@ def meta_tool_definitions() -> list[dict[str, Any]]:
     return [dict(definition) for definition in META_TOOL_DEFINITIONS]
 
 
+LogSink = Callable[[types.LoggingMessageNotificationParams], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class CallRelay:
+    """What the caller's request asks to hear while the tool runs; carried to the server's call."""
+
+    progress: ProgressFnT | None = None
+    """Receives the server's progress notifications for this call (the caller sent a progress token)."""
+    log_level: types.LoggingLevel | None = None
+    """The lowest level of log messages the caller wants during the call (None: none)."""
+    on_log: LogSink | None = None
+    """Receives the server's log messages sent while this call runs."""
+
+    def options(self) -> dict[str, Any]:
+        """Keyword arguments of `ToolRouter.call_tool` for this relay."""
+        options: dict[str, Any] = {}
+        if self.progress is not None:
+            options["progress_callback"] = self.progress
+        if self.log_level is not None and self.on_log is not None:
+            options["meta"] = {types.LOG_LEVEL_META_KEY: self.log_level}
+            options["on_log"] = self.on_log
+        return options
+
+
 class ToolRouter(Protocol):
-    """What call routing needs from the manager (`MCPManager` satisfies it)."""
+    """What call routing needs from the manager (`MCPManager` satisfies it). The keyword arguments are
+    only passed when a `CallRelay` asks for them."""
 
     def is_ready(self, server: str) -> bool: ...
 
-    async def call_tool(self, server: str, tool: str, arguments: dict[str, Any] | None) -> types.CallToolResult: ...
+    async def call_tool(
+        self,
+        server: str,
+        tool: str,
+        arguments: dict[str, Any] | None,
+        *,
+        progress_callback: ProgressFnT | None = None,
+        meta: dict[str, Any] | None = None,
+        on_log: LogSink | None = None,
+    ) -> types.CallToolResult: ...
 
 
 class Visibility(Protocol):
@@ -132,6 +188,10 @@ class MetaTools:
         on_called: called with the qualified name after each call that did not fail (task history).
         offload: where `dispatch` and `call_tool` run searches, expands, call checks and `on_called`
             (a worker pool); None runs them inline, on the caller's event loop.
+        search_offered: whether the agent was given `tool_search` (False in full mode: hints then point
+            at the listed tools instead); a callable is asked at each error.
+        names: maps a name the agent was given for a tool (a client's short name) to its qualified name;
+            None when the agent sees qualified names only.
     """
 
     def __init__(
@@ -144,6 +204,8 @@ class MetaTools:
         agent: str = "default",
         on_called: Callable[[str], None] | None = None,
         offload: Offload | None = None,
+        search_offered: bool | Callable[[], bool] = True,
+        names: Callable[[str], str | None] | None = None,
     ) -> None:
         self._engine = engine
         self._router = router
@@ -152,6 +214,8 @@ class MetaTools:
         self._agent = agent
         self._on_called = on_called
         self._offload = offload
+        self._search_offered = search_offered
+        self._names = names
         self._validators: dict[str, Any] = {}
         self._lock = threading.Lock()  # the counts, when searches run in several worker threads
         self.stats = MetaStats()
@@ -195,8 +259,11 @@ class MetaTools:
             self.stats.expands += 1
         return _structured({"tools": definitions})
 
-    async def call_tool(self, name: Any, arguments: Any = None) -> types.CallToolResult:
-        """Validate `arguments` against the tool's input schema, then run it on the first ready server."""
+    async def call_tool(
+        self, name: Any, arguments: Any = None, *, relay: CallRelay | None = None
+    ) -> types.CallToolResult:
+        """Validate `arguments` against the tool's input schema, then run it on the first ready server
+        (with what `relay` asks to hear while it runs)."""
         checked = await self._run(self._checked_call, name, arguments)
         if isinstance(checked, types.CallToolResult):
             return checked
@@ -205,20 +272,23 @@ class MetaTools:
             return self._error("unavailable", f"tool {entry.name!r} cannot be called here (no live servers).")
         with self._lock:
             self.stats.calls += 1
+        options = relay.options() if relay is not None else {}
         try:
-            result = await self._router.call_tool(server, entry.tool, args)
+            result = await self._router.call_tool(server, entry.tool, args, **options)
         except ToolExecutionError as exc:
             tool_result = getattr(exc, "result", None)
             if isinstance(tool_result, types.CallToolResult):
-                return tool_result
+                return without_upstream_stamps(tool_result)
             return self._error("tool_error", str(exc))
         except (ServerError, ToolCallError) as exc:
             return self._error("call_failed", f"{exc}. Try again later or use another tool.")
         if not result.is_error:
             await self._run(self._remember, entry.name)
-        return result
+        return without_upstream_stamps(result)
 
-    async def dispatch(self, name: str, arguments: Mapping[str, Any] | Any) -> types.CallToolResult:
+    async def dispatch(
+        self, name: str, arguments: Mapping[str, Any] | Any, *, relay: CallRelay | None = None
+    ) -> types.CallToolResult:
         """Whatever tool name a model used: a meta-tool, or an expanded tool called directly (API loops)."""
         args = _repaired_object(arguments) if not isinstance(arguments, Mapping) else dict(arguments)
         if not isinstance(args, dict):
@@ -228,8 +298,8 @@ class MetaTools:
         if name == EXPAND_TOOLS:
             return await self._run(self.expand_tools, args.get("names"))
         if name == CALL_TOOL:
-            return await self.call_tool(args.get("name"), args.get("arguments"))
-        return await self.call_tool(name, args)
+            return await self.call_tool(args.get("name"), args.get("arguments"), relay=relay)
+        return await self.call_tool(name, args, relay=relay)
 
     async def _run(self, func: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
         """`func(*args)` through `offload`, or inline without one."""
@@ -252,6 +322,8 @@ class MetaTools:
             raise _Corrective("invalid_arguments", "call_tool needs 'name': the qualified name of a tool.")
         if name in META_TOOL_NAMES:
             raise _Corrective("invalid_arguments", f"{name} is a meta-tool: call it directly, not via call_tool.")
+        if self._names is not None:
+            name = self._names(name) or name
         entry = self._engine.catalog.lookup(name)
         if entry is None:
             self._check_visible(name)
@@ -267,13 +339,20 @@ class MetaTools:
             raise _Corrective(
                 "hidden_tool",
                 f"tool {name!r} is not available to agent {self._agent!r} (its profile hides it: "
-                f"agents.{self._agent}.allow/deny/servers). Use tool_search to find a tool this agent may use.",
+                f"agents.{self._agent}.allow/deny/servers). {self._find_hint('a tool this agent may use')}",
             )
 
     def _unknown_message(self, name: str) -> str:
         close = self._engine.closest(name)
         hint = f" Closest names: {', '.join(close)}." if close else ""
-        return f"unknown tool {name!r}.{hint} Use tool_search to find the right tool name."
+        return f"unknown tool {name!r}.{hint} {self._find_hint('the right tool name')}"
+
+    def _find_hint(self, what: str) -> str:
+        """Where to look instead: tool_search when the agent has it, else the tools it was listed."""
+        offered = self._search_offered() if callable(self._search_offered) else self._search_offered
+        if offered:
+            return f"Use tool_search to find {what}."
+        return f"Use one of the tools you were given (tools/list) to find {what}."
 
     def _checked_arguments(self, entry: ToolEntry, arguments: Any) -> dict[str, Any]:
         """The arguments as an object that satisfies the input schema, repaired where that is unambiguous."""
@@ -343,11 +422,32 @@ class MetaTools:
     def _error(self, kind: str, message: str) -> types.CallToolResult:
         with self._lock:
             self.stats.errors += 1
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=message)],
-            structured_content={"error": kind, "message": message},
-            is_error=True,
-        )
+        return error_result(kind, message)
+
+
+def error_result(kind: str, message: str) -> types.CallToolResult:
+    """A corrective error: the message as text, the kind in `_meta` (see the module docstring)."""
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=message)],
+        is_error=True,
+        _meta={ERROR_META_KEY: kind},
+    )
+
+
+def error_kind(result: types.CallToolResult) -> str | None:
+    """The kind of a corrective error result (None for any other result)."""
+    kind = (result.meta or {}).get(ERROR_META_KEY)
+    return kind if isinstance(kind, str) else None
+
+
+def without_upstream_stamps(result: ResultT) -> ResultT:
+    """A server's result without the `_meta` keys its protocol stack stamped on it (its identity), for
+    passing it on as the caller's own surface's result (tools, resources, prompts)."""
+    meta = result.meta
+    if not meta or not any(key.startswith(_PROTOCOL_META_PREFIX) for key in meta):
+        return result
+    kept = {key: value for key, value in meta.items() if not key.startswith(_PROTOCOL_META_PREFIX)}
+    return result.model_copy(update={"meta": kept or None})
 
 
 # ---------------------------------------------------------------------- pure helpers
@@ -363,7 +463,7 @@ def _positive_int(value: Any, key: str) -> int:
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _Corrective("invalid_arguments", f"'{key}' must be a positive integer, got {value!r}.")
+        raise _Corrective("invalid_arguments", f"'{key}' must be a positive integer, got {_json(value)}.")
     return value
 
 
@@ -399,7 +499,8 @@ def _repair_nested(args: dict[str, Any], errors: Sequence[SchemaValidationError]
             continue
         key = error.absolute_path[0]
         value = args.get(key) if isinstance(key, str) else None
-        wanted = properties.get(key, {}).get("type") if isinstance(properties.get(key), Mapping) else None
+        spec = properties.get(key) if isinstance(properties, Mapping) else None
+        wanted = spec.get("type") if isinstance(spec, Mapping) else None
         wanted_types = {wanted} if isinstance(wanted, str) else set(wanted or ())
         if isinstance(value, str) and wanted_types & {"object", "array"}:
             decoded = _json_or_none(value)
@@ -418,10 +519,30 @@ def _json_or_none(text: str) -> Any:
 
 def _describe(error: SchemaValidationError) -> str:
     path = ".".join(str(part) for part in error.absolute_path)
-    message = error.message
+    message = _json_message(error)
     if len(message) > 200:
         message = message[:197] + "..."
     return f"at '{path}': {message}" if path else message
+
+
+def _json_message(error: SchemaValidationError) -> str:
+    """jsonschema's message with the values it quotes in Python spelling (`None`, `True`, `'x'`, `{'a': 1}`)
+    written as JSON instead (`null`, `true`, `"x"`, `{"a": 1}`): the model wrote JSON and reads JSON."""
+    message = str(error.message)
+    values = [error.instance, error.validator_value]
+    if isinstance(error.validator_value, list):
+        values.extend(error.validator_value)
+    if isinstance(error.instance, dict) and error.validator in ("required", "additionalProperties"):
+        values.extend(error.instance)  # the property names these messages quote
+    for value in sorted(values, key=lambda item: -len(repr(item))):  # longest first: no partial replacement
+        python, json_text = repr(value), _json(value)
+        if python != json_text and python in message:
+            message = message.replace(python, json_text)
+    return message
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=repr)
 
 
 def _error_order(error: SchemaValidationError) -> tuple[str, str]:
@@ -449,4 +570,3 @@ def _kind(value: Any) -> str:
     return {str: "a string", list: "a list", int: "a number", float: "a number", bool: "a boolean"}.get(
         type(value), type(value).__name__
     )
-

@@ -5,6 +5,9 @@
         search  the fixed header + a compact directory (protocols/mcp/_directory.py), the three meta-tool
                 definitions (`tool_search`, `expand_tools`, `call_tool`) and the pinned tools in full
 
+    A catalog of more than `max_tools` tools goes to search mode whatever its tokens: a provider
+    refuses more tools than that in one request (OpenAI: 128), so "every tool" is not an option there.
+
     SpawnPlanner(settings).plan(task, agent, catalog) -> SpawnPlan
         the profile filters the catalog (servers, allow and deny globs over qualified names), the
         profile's pins and the task's recently called tools are pinned, then `plan_tools` decides.
@@ -25,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from ._clients import client_kind, client_rules
 from ._config import AgentProfile, Settings, ToolSearchSettings
 from ._telemetry import Telemetry
 from .protocols.mcp._catalog import ToolCatalog, ToolEntry
@@ -175,7 +179,8 @@ def plan_tools(catalog: ToolCatalog, settings: ToolSearchSettings, counter: Toke
     """Full or search mode for one spawn, with the prompt section and definitions to send.
 
     Full when `settings.enabled` is false or every definition together costs at most
-    `threshold_tokens`; search mode otherwise. Pure: the same catalog and settings give the same plan,
+    `threshold_tokens`; search mode otherwise, and always when the catalog has more than
+    `settings.max_tools` tools. Pure: the same catalog and settings give the same plan,
     byte for byte. `counter` (for `settings.tokenizer`) remembers per-tool counts across calls.
 
     Raises:
@@ -186,7 +191,8 @@ def plan_tools(catalog: ToolCatalog, settings: ToolSearchSettings, counter: Toke
     pinned = [entry for entry in catalog if matches_any(entry.name, settings.pinned)]
     pinned_names = [entry.name for entry in pinned]
     threshold = settings.threshold_tokens
-    if not settings.enabled or full_tokens <= threshold:
+    too_many = settings.max_tools is not None and len(catalog) > settings.max_tools
+    if not too_many and (not settings.enabled or full_tokens <= threshold):
         reason = (
             "tool search disabled (mcp.tool_search.enabled: false): every tool is sent"
             if not settings.enabled
@@ -210,11 +216,17 @@ def plan_tools(catalog: ToolCatalog, settings: ToolSearchSettings, counter: Toke
         + sum(counter.definition(definition) for definition in META_TOOL_DEFINITIONS)
         + sum(counter.entry(entry) for entry in pinned)
     )
+    cause = (
+        f"{len(catalog)} tools > max_tools {settings.max_tools} (the most the client's model API takes)"
+        if too_many
+        else f"full catalog {full_tokens:,} tokens > threshold_tokens {threshold:,}"
+    )
+    reason = _search_reason(cause, directory, settings.directory_budget_tokens, len(pinned))
     return ToolPlan(
         mode="search",
         full_tokens=full_tokens,
         prompt_tokens=prompt_tokens,
-        reason=_search_reason(full_tokens, threshold, directory, settings.directory_budget_tokens, len(pinned)),
+        reason=reason,
         directory_level=directory.level,
         prompt=prompt,
         tools=tools,
@@ -230,8 +242,8 @@ def _directory_title(directory: Directory) -> str:
     }[directory.level]
 
 
-def _search_reason(full: int, threshold: int, directory: Directory, budget: int, pinned: int) -> str:
-    reason = f"full catalog {full:,} tokens > threshold_tokens {threshold:,}: search mode, directory level {directory.level}"
+def _search_reason(cause: str, directory: Directory, budget: int, pinned: int) -> str:
+    reason = f"{cause}: search mode, directory level {directory.level}"
     if directory.tried:
         needed = ", ".join(f"{level} {tokens:,}" for level, tokens in directory.tried)
         reason += f" ({needed} tokens > directory_budget_tokens {budget:,})"
@@ -400,9 +412,15 @@ class SpawnPlanner:
 def effective_tool_search(
     base: ToolSearchSettings, profile: AgentProfile, recent_tools: Sequence[str] = ()
 ) -> ToolSearchSettings:
-    """`mcp.tool_search` with the profile's overrides, its pins and the task's recent tools pinned."""
+    """`mcp.tool_search` with the profile's overrides, its pins and the task's recent tools pinned, and
+    the tool-count limit of the profile's client (`_clients`) where neither sets `max_tools`."""
     extra = [*profile.pinned, *(name for name in recent_tools if name not in profile.pinned)]
-    return profile.tool_search.apply(base, extra_pinned=extra)
+    settings = profile.tool_search.apply(base, extra_pinned=extra)
+    if settings.max_tools is None:
+        limit = client_rules(client_kind(profile)).max_tools
+        if limit is not None:
+            settings = settings.model_copy(update={"max_tools": limit})
+    return settings
 
 
 def fingerprint(prompt: str, tools: Sequence[dict[str, Any]]) -> str:

@@ -31,6 +31,7 @@ COMMAND_MODULES: dict[str, str] = {
     "spawn": "spawn",
     "serve": "spawn",
     "metrics": "metrics",
+    "tune": "tune",
     "demo": "demo",
     "config": "config_cmd",
     "tools": "tools",

@@ -92,6 +92,7 @@ def register(app: typer.Typer) -> None:
                         task_id=task_id,
                         stdout=sys.stderr if fmt is Format.json else None,
                         telemetry=telemetry,
+                        warn=lambda message: err_console.print(f"warning: {message}", markup=False, soft_wrap=True),
                     )
                 )
         except KeyboardInterrupt:  # the agent's process group was stopped and the spawn closed on the way out
@@ -153,43 +154,66 @@ async def _serve(
     telemetry: Telemetry,
     embeddings: EmbeddingRuntime,
 ) -> None:
-    """Run the gateway until the client goes (stdio) or SIGINT/SIGTERM arrives; always unwinds cleanly."""
+    """Run the gateway until the client goes (stdio) or SIGINT/SIGTERM arrives; always unwinds cleanly.
+
+    Over HTTP without `gateway.token`, the admin secret generated at start is written to a runtime file
+    only the user can read (where `orchestrator spawn` finds it) and removed on the way out."""
+    import contextlib
+
     import anyio
 
     from .._gateway import Gateway, check_bind
+    from .._gateway.auth import Credentials, RuntimeFile
     from .._history import TaskHistory
+    from .._store import open_store
     from ..protocols.mcp._manager import MCPManager
 
     host = settings.gateway.host if host is None else host
     port = settings.gateway.port if port is None else port
     if transport is Transport.http:
         check_bind(host, settings.gateway.token)  # refuse before starting any server
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_cancel_on_signal, tg.cancel_scope)
-        async with MCPManager(settings, telemetry=telemetry) as manager:
-            gateway = Gateway(
-                settings,
-                manager,
-                agent=agent,
-                history=TaskHistory.from_settings(settings),
-                telemetry=telemetry,
-                embeddings=embeddings,
-            )
-            try:
-                if transport is Transport.stdio:
-                    await gateway.serve_stdio()
-                else:
-                    async with gateway.running(host, port) as url:
-                        catalog = gateway.catalog()
-                        err_console.print(
-                            f"gateway: agent {agent!r} at {url}/mcp ({len(catalog)} tools from "
-                            f"{len(catalog.servers())} servers); spawns at {url}/spawn/<id>/mcp. Ctrl-C stops.",
-                            markup=False,
-                        )
-                        await anyio.sleep_forever()
-            finally:
-                gateway.close()
-        tg.cancel_scope.cancel()
+    credentials = Credentials.from_settings(settings)
+    store = open_store(settings)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_cancel_on_signal, tg.cancel_scope)
+            # wait=False: the gateway answers initialize and tools/list at once with what is up (or cached)
+            # and announces servers that come up later with list_changed; an agent's client may time out
+            # if it waits for every server to start first.
+            async with MCPManager(settings, telemetry=telemetry, wait=False) as manager:
+                gateway = Gateway(
+                    settings,
+                    manager,
+                    agent=agent,
+                    history=TaskHistory(store),
+                    telemetry=telemetry,
+                    embeddings=embeddings,
+                    credentials=credentials,
+                    store=store,
+                )
+                try:
+                    if transport is Transport.stdio:
+                        await gateway.serve_stdio()
+                    else:
+                        async with gateway.running(host, port) as url, contextlib.AsyncExitStack() as files:
+                            where = "gateway.token"
+                            if credentials.generated:
+                                runtime = RuntimeFile.for_settings(settings, url)
+                                where = str(files.enter_context(runtime.written(url, credentials.admin_secret)))
+                            catalog = gateway.catalog()
+                            err_console.print(
+                                f"gateway: agent {agent!r} at {url}/mcp ({len(catalog)} tools from "
+                                f"{len(catalog.servers())} servers so far); spawns at {url}/spawn/<id>/mcp; admin "
+                                f"secret: {where}. Ctrl-C stops.",
+                                markup=False,
+                                soft_wrap=True,
+                            )
+                            await anyio.sleep_forever()
+                finally:
+                    gateway.close()
+            tg.cancel_scope.cancel()
+    finally:
+        store.close()
 
 
 async def _cancel_on_signal(scope: anyio.CancelScope) -> None:

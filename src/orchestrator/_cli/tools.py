@@ -144,11 +144,25 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         catalog: CatalogOption = None,
         as_json: JsonOption = False,
+        sweep: Annotated[
+            bool,
+            typer.Option("--sweep", help="Each profile's mode and tokens per spawn at a range of threshold_tokens."),
+        ] = False,
+        thresholds: Annotated[
+            str | None,
+            typer.Option("--thresholds", help=f"With --sweep: comma-separated values (default {_sweep_default()})."),
+        ] = None,
     ) -> None:
         """What a spawn would be sent: full catalog or search mode, token counts, the prompt section."""
         from .._planning import SpawnPlanner
 
         settings = loaded_config(ctx).settings
+        if thresholds is not None and not sweep:
+            raise typer.BadParameter("only with --sweep", param_hint="--thresholds")
+        if sweep:
+            values = _parse_thresholds(thresholds) if thresholds is not None else list(SWEEP_THRESHOLDS)
+            _print_sweep(plan_sweep(settings, load_catalog(settings, catalog, quiet=as_json), values), as_json)
+            return
         tool_plan = SpawnPlanner(settings).plan_tools(load_catalog(settings, catalog, quiet=as_json), settings.mcp.tool_search)
         if as_json:
             print_json(tool_plan.to_dict())
@@ -211,6 +225,80 @@ def register(app: typer.Typer) -> None:
                     for style, part in [("all", report), *report.styles.items()]
                 ],
             )
+
+
+SWEEP_THRESHOLDS = (0, 1000, 2000, 4000, 6000, 8000, 12000, 16000, 24000, 32000, 64000, 128000)
+"""`tools plan --sweep` by default: around the default threshold_tokens (6000), up to catalogs of hundreds
+of tools; the mode flips where a profile's catalog cost crosses the threshold."""
+
+
+def _sweep_default() -> str:
+    return ",".join(str(value) for value in SWEEP_THRESHOLDS)
+
+
+def _parse_thresholds(text: str) -> list[int]:
+    """`"0,2000, 8000"` -> [0, 2000, 8000] (sorted, each once); a bad item is a usage error naming it."""
+    values: set[int] = set()
+    for item in text.split(","):
+        item = item.strip().replace("_", "")
+        if not item.isdigit():
+            raise typer.BadParameter(f"{item!r} is not a whole number of tokens >= 0", param_hint="--thresholds")
+        values.add(int(item))
+    return sorted(values)
+
+
+def plan_sweep(settings: Settings, catalog: ToolCatalog, thresholds: list[int]) -> dict[str, Any]:
+    """Per agent profile (`default` and each of `agents`): its full catalog tokens, its current
+    threshold_tokens, and the mode and tokens per spawn `plan_tools` gives at each threshold."""
+    from .._planning import ProfileFilter, SpawnPlanner, effective_tool_search
+
+    planner = SpawnPlanner(settings)
+    agents: dict[str, Any] = {}
+    for agent in dict.fromkeys(["default", *settings.agents]):
+        profile = settings.agent(agent)
+        visible = ProfileFilter.from_profile(profile).apply(catalog)
+        search_settings = effective_tool_search(settings.mcp.tool_search, profile)
+        rows = []
+        full_tokens = planner.plan_tools(visible, search_settings).full_tokens
+        for threshold in thresholds:
+            tool_plan = planner.plan_tools(visible, search_settings.model_copy(update={"threshold_tokens": threshold}))
+            rows.append({"threshold_tokens": threshold, "mode": tool_plan.mode, "tokens": tool_plan.prompt_tokens})
+        agents[agent] = {
+            "tools": len(visible),
+            "full_tokens": full_tokens,
+            "threshold_tokens": search_settings.threshold_tokens,
+            "enabled": search_settings.enabled,
+            "sweep": rows,
+        }
+    return {"catalog_version": catalog.version, "thresholds": thresholds, "agents": agents}
+
+
+def _print_sweep(sweep: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print_json(sweep)
+        return
+    agents = sweep["agents"]
+    header = ["threshold_tokens", *agents]
+    rows = []
+    for index, threshold in enumerate(sweep["thresholds"]):
+        cells = [f"{threshold:,}"]
+        for figures in agents.values():
+            row = figures["sweep"][index]
+            current = " (now)" if figures["threshold_tokens"] == threshold else ""
+            cells.append(f"{row['mode']} {row['tokens']:,}{current}")
+        rows.append(cells)
+    print_table(header, rows)
+    console.print("", markup=False)
+    for agent, figures in agents.items():
+        if not figures["enabled"]:
+            line = "tool search disabled for it: always full"
+        else:
+            line = f"full at threshold_tokens >= {figures['full_tokens']:,}, search below"
+        console.print(
+            f"{agent}: {figures['tools']} tools, {figures['full_tokens']:,} tokens in full; {line} "
+            f"(threshold_tokens now {figures['threshold_tokens']:,})",
+            markup=False,
+        )
 
 
 def _print_definition(definition: dict[str, Any]) -> None:

@@ -4,6 +4,7 @@
                 worker pool) and `SpawnHandle`
     app.py      the HTTP side: ASGI router, admin endpoints, bind/loopback/transport-security rules, uvicorn
     client.py   `GatewayClient`: the admin endpoints over one async HTTP client
+    proxy.py    the upstream servers' resources and prompts, listed and read through the gateway
 
 `orchestrator` re-exports `Gateway`, `SpawnHandle` and `GatewayClient`; the rest is for the CLI and launcher.
 """

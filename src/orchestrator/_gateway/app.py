@@ -1,14 +1,19 @@
 """The gateway's HTTP side: the ASGI router, the admin endpoints, address and bind rules, uvicorn wiring.
 
-    /mcp                  the gateway's own agent profile (`orchestrator serve --agent NAME`)
-    /spawn/<id>/mcp       one spawn: its profile, its task's pinned tools, its own counts
+    /mcp                  the gateway's own agent profile (`orchestrator serve --agent NAME`): admin secret
+    /spawn/<id>/mcp       one spawn: the profile, task and pins its signed credential carries
     POST /spawns          open a spawn {"task", "agent", "task_id"} -> {"id", "url", "token", "plan", ...}
-    GET|DELETE /spawns/<id>   its counts (DELETE also closes it)
-    GET /health           catalog, server states and the worker pool
+    GET|DELETE /spawns/<id>   its counts (DELETE also closes it and revokes its credential)
+    GET /health           catalog, server states, open spawns and the worker pool
+    POST /auth/challenge  {"nonce"} -> {"proof"}: the client checks it talks to the gateway (no credential)
 
-Security: binds 127.0.0.1 by default; a non-loopback host is refused unless `gateway.token` is set, and
-with a token every request must carry `Authorization: Bearer <token>`. A spawn endpoint always needs
-its own token (or the gateway's), so one spawn cannot act as another. The MCP protocol itself is the
+Security (docs/security.md): every endpoint but the challenge needs a credential, with or without
+`gateway.token`: the admin secret (`gateway.token`, else generated at start) for `/mcp`, `/health` and
+`/spawns`, the spawn's own signed credential for its endpoint, verified on every request, so the
+profile an agent gets is the one in its credential. On every endpoint the Host must be this machine's
+(421) and a browser's Origin is refused (403; loopback pages may reach the MCP endpoints, as the SDK
+allows). Admin bodies: JSON only (415), at most `gateway.max_body_bytes` (413), every field checked (400,
+one line). A non-loopback host is refused unless `gateway.token` is set. The MCP protocol itself is the
 server's (`server.py`); this module only routes to it.
 """
 
@@ -16,9 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hmac
 import ipaddress
 import json
+import logging
 import re
 import socket
 from collections.abc import AsyncIterator, Iterator
@@ -26,17 +31,24 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import uvicorn
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from .._errors import ConfigError, OrchestratorError
+from .._store import StoreError
+from .auth import CredentialError, SpawnClaims, SpawnClosedError, SpawnLimitError, bearer_token
 
 if TYPE_CHECKING:
     from .server import Gateway
 
+log = logging.getLogger(__name__)
+
 __all__ = [
+    "CHALLENGE_PATH",
     "DEFAULT_PATH",
     "SCOPE_KEY",
     "SERVER_NAME",
@@ -59,6 +71,15 @@ GRACEFUL_SHUTDOWN_S = 2
 LISTEN_BACKLOG = 256
 # Connections the kernel queues before uvicorn accepts them: room for a burst of agents starting at once.
 _LOOPBACK_NAMES = {"localhost", "ip6-localhost"}
+_LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
+_LOOPBACK_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
+# What a loopback gateway answers to: any port of these names (DNS rebinding protection, as on /mcp).
+CHALLENGE_PATH = "/auth/challenge"
+# POST {"nonce"} -> {"proof": HMAC(secret, nonce)}: the one endpoint that needs no credential.
+_NONCE = re.compile(r"[0-9a-f]{32,256}")
+_TASK_ID = re.compile(r"[!-~]{1,128}")
+# Printable ASCII without spaces: task ids name store records and appear in logs.
+_KIND_NAMES = {str: "string", int: "integer", list: "list", dict: "object"}
 
 
 def is_loopback(host: str) -> bool:
@@ -116,7 +137,7 @@ async def serve(gateway: Gateway, host: str, port: int) -> AsyncIterator[tuple[s
     base_url = client_base_url(host, sock.getsockname()[1])
     sessions = StreamableHTTPSessionManager(app=gateway.server, security_settings=_transport_security(host))
     config = uvicorn.Config(
-        _Router(gateway, sessions),
+        _Router(gateway, sessions, host),
         lifespan="off",
         log_config=None,
         log_level="warning",
@@ -144,64 +165,96 @@ async def serve(gateway: Gateway, host: str, port: int) -> AsyncIterator[tuple[s
 
 
 class _Router:
-    """The gateway's ASGI app: MCP endpoints to the session manager, small JSON admin endpoints, auth."""
+    """The gateway's ASGI app: every request is checked (Host, Origin), authenticated, then routed: MCP
+    endpoints to the session manager with the caller's verified claims on the scope, the small JSON
+    admin endpoints here."""
 
-    def __init__(self, gateway: Gateway, sessions: StreamableHTTPSessionManager) -> None:
+    def __init__(self, gateway: Gateway, sessions: StreamableHTTPSessionManager, host: str) -> None:
         self._gateway = gateway
         self._sessions = sessions
+        self._loopback = is_loopback(host)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        gateway = self._gateway
         request = Request(scope, receive)
         path = scope["path"]
+        mcp = path in (DEFAULT_PATH, DEFAULT_PATH + "/")
         spawn_match = _SPAWN_PATH.match(path)
-        if path in (DEFAULT_PATH, DEFAULT_PATH + "/") or spawn_match:
-            spawn_token: str | None = None
-            spawn_id: str | None = None
-            if spawn_match:
-                spawn_id = spawn_match.group(1)
-                spawn_token = gateway.spawn_token(spawn_id)
-                if spawn_token is None:
-                    await _json({"error": f"no open spawn {spawn_id!r}"}, 404)(scope, receive, send)
-                    return
-            if not self._authorized(request, spawn_token):
-                await _unauthorized()(scope, receive, send)
-                return
-            scope[SCOPE_KEY] = spawn_id
+        refused = self._misdirected(request, admin=not (mcp or spawn_match))
+        if refused is None and mcp:
+            refused = self._admin_only(request)
+            scope[SCOPE_KEY] = None
+            scope["user"] = _principal("admin")
+        elif refused is None and spawn_match:
+            spawn_id = spawn_match.group(1)
+            verified = await self._spawn_claims(request, spawn_id)
+            if isinstance(verified, SpawnClaims):
+                scope[SCOPE_KEY] = verified
+                scope["user"] = _principal(f"spawn:{spawn_id}")
+            else:
+                refused = verified
+        if refused is None and (mcp or spawn_match):
             await self._sessions.handle_request(scope, receive, send)
             return
-        if not self._authorized(request, None):
-            await _unauthorized()(scope, receive, send)
-            return
-        response = await self._admin(request, path)
-        await response(scope, receive, send)
+        if refused is None:
+            refused = await self._admin(request, path)
+        await refused(scope, receive, send)
 
-    def _authorized(self, request: Request, spawn_token: str | None) -> bool:
-        """With a gateway token, it (or the spawn's own token) is required; a spawn (which always has a
-        token) always needs one."""
-        sent = request.headers.get("authorization", "")
-        scheme, _, value = sent.partition(" ")
-        value = value.strip() if scheme.lower() == "bearer" else ""
-        accepted = [token for token in (self._gateway.settings.gateway.token, spawn_token) if token]
-        if not accepted:
-            return True
-        return any(hmac.compare_digest(value.encode(), token.encode()) for token in accepted)
+    def _misdirected(self, request: Request, *, admin: bool) -> Response | None:
+        """421 for a Host this gateway does not answer to (DNS rebinding: a web page's name resolving to
+        127.0.0.1), 403 for a browser page's Origin. MCP endpoints accept loopback pages, as the SDK does;
+        the admin endpoints accept no browser at all."""
+        if self._loopback and not _matches(request.headers.get("host", ""), _LOOPBACK_HOSTS):
+            return _error("Host header not allowed (DNS rebinding protection)", 421)
+        origin = request.headers.get("origin")
+        if origin is not None and (admin or not self._loopback or not _matches(origin, _LOOPBACK_ORIGINS)):
+            return _error("cross-origin requests are refused", 403)
+        return None
+
+    def _admin_only(self, request: Request) -> Response | None:
+        if self._gateway.credentials.is_admin(bearer_token(request.headers)):
+            return None
+        return _unauthorized("missing or wrong bearer token (Authorization: Bearer <gateway secret>)")
+
+    async def _spawn_claims(self, request: Request, spawn_id: str) -> SpawnClaims | Response:
+        """The verified claims of the spawn credential sent, or the refusal (401, 404 once closed)."""
+        gateway = self._gateway
+        try:
+            return await gateway.run_sync(gateway.verify_spawn, bearer_token(request.headers), spawn_id)
+        except SpawnClosedError as exc:
+            return _error(str(exc), 404)
+        except CredentialError as exc:
+            return _unauthorized(str(exc))
+        except StoreError as exc:
+            log.warning("spawn %s refused: %s", spawn_id, exc)
+            return _error("the gateway's store is unavailable; try again", 503)
 
     async def _admin(self, request: Request, path: str) -> Response:
-        """The JSON endpoints; their work (planning, history files, catalog sizes) runs in the worker pool."""
+        """The JSON endpoints; their work (planning, the store, catalog sizes) runs in the worker pool.
+        Every refusal is a one-line JSON error; nothing unexpected reaches the client as a traceback."""
         gateway = self._gateway
         method = request.method
         try:
+            if path == CHALLENGE_PATH and method == "POST":  # before any credential: the client checks us
+                body = await self._json_body(request, {"nonce": str})
+                nonce = body["nonce"]
+                if not _NONCE.fullmatch(nonce):
+                    raise _BadRequest("'nonce' must be 32 to 256 hex digits")
+                return _json({"proof": gateway.credentials.proof(nonce)})
+            refused = self._admin_only(request)
+            if refused is not None:
+                return refused
             if path == "/health" and method == "GET":
                 return _json(await gateway.run_sync(gateway.health))
             if path in ("/spawns", "/spawns/") and method == "POST":
-                body = await _read_json(request)
-                task = body.get("task")
-                if not isinstance(task, str):
-                    return _json({"error": "POST /spawns needs a JSON body with 'task' (a string)"}, 400)
-                open_spawn = functools.partial(gateway.open_spawn, task, body.get("agent"), task_id=body.get("task_id"))
+                body = await self._json_body(request, {"task": str, "agent": str, "task_id": str}, required=("task",))
+                task, agent, task_id = body["task"], body.get("agent"), body.get("task_id")
+                if not task.strip():
+                    raise _BadRequest("'task' must not be empty")
+                if task_id is not None and not _TASK_ID.fullmatch(task_id):
+                    raise _BadRequest("'task_id' must be 1 to 128 printable characters without spaces")
+                open_spawn = functools.partial(gateway.open_spawn, task, agent, task_id=task_id)
                 handle = await gateway.run_sync(open_spawn)
                 return _json(handle.to_json(), 201)
             admin_match = _SPAWN_ADMIN_PATH.match(path)
@@ -209,11 +262,49 @@ class _Router:
                 spawn_id = admin_match.group(1)
                 action = gateway.close_spawn if method == "DELETE" else gateway.spawn_stats
                 return _json(await gateway.run_sync(action, spawn_id))
+        except _Refused as exc:
+            return _error(str(exc), exc.status)
         except ConfigError as exc:
-            return _json({"error": str(exc)}, 400)
+            return _error(str(exc), 400)
+        except SpawnLimitError as exc:
+            return _error(str(exc), 429)
+        except StoreError as exc:
+            log.warning("%s %s: %s", method, path, exc)
+            return _error("the gateway's store is unavailable; try again", 503)
         except OrchestratorError as exc:
-            return _json({"error": str(exc)}, 404)
-        return _json({"error": f"no endpoint {method} {path}"}, 404)
+            return _error(str(exc), 404)
+        except Exception:  # boundary: a bug must cost one request a 500, never leak a traceback to it
+            log.exception("%s %s failed", method, path)
+            return _error(f"internal error in {method} {path}; see the gateway's log", 500)
+        return _error(f"no endpoint {method} {path}", 404)
+
+    async def _json_body(
+        self, request: Request, fields: dict[str, type], required: tuple[str, ...] | None = None
+    ) -> dict[str, Any]:
+        """The request's JSON object, checked: content type (415), size (413), syntax, unknown fields,
+        types (400). Optional fields may be null."""
+        media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if media_type != "application/json":
+            raise _Refused(f"Content-Type must be application/json, got {media_type or 'none'!r}", 415)
+        raw = await _read_capped(request, self._gateway.settings.gateway.max_body_bytes)
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise _BadRequest("the body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise _BadRequest(f"the body must be a JSON object, got {type(body).__name__}")
+        unknown = sorted(set(body) - set(fields))
+        if unknown:
+            raise _BadRequest(f"unknown field {unknown[0][:64]!r} (expected: {', '.join(fields)})")
+        needed = tuple(fields) if required is None else required
+        for name, kind in fields.items():
+            value = body.get(name)
+            if value is None and name not in needed:
+                continue
+            if not isinstance(value, kind):
+                got = "missing" if name not in body else type(value).__name__
+                raise _BadRequest(f"{name!r} must be a {_KIND_NAMES.get(kind, kind.__name__)}, got {got}")
+        return body
 
 
 class _Uvicorn(uvicorn.Server):
@@ -247,27 +338,72 @@ def _transport_security(host: str) -> TransportSecuritySettings:
     if is_loopback(host):
         return TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
-            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+            allowed_hosts=list(_LOOPBACK_HOSTS),
+            allowed_origins=list(_LOOPBACK_ORIGINS),
         )
     return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
 def _json(payload: Any, status: int = 200) -> JSONResponse:
-    return JSONResponse(payload, status_code=status)
+    # Admin answers carry secrets (spawn credentials): never cached; no CORS header is ever sent.
+    return JSONResponse(payload, status_code=status, headers={"Cache-Control": "no-store"})
 
 
-def _unauthorized() -> Response:
-    return JSONResponse(
-        {"error": "missing or wrong bearer token (Authorization: Bearer <token>)"},
-        status_code=401,
-        headers={"WWW-Authenticate": "Bearer"},
-    )
+def _error(message: str, status: int) -> JSONResponse:
+    """A one-line JSON error."""
+    return _json({"error": " ".join(message.split())}, status)
 
 
-async def _read_json(request: Request) -> dict[str, Any]:
-    try:
-        body = json.loads(await request.body() or b"{}")
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
+def _unauthorized(message: str) -> Response:
+    response = _error(message, 401)
+    response.headers["WWW-Authenticate"] = "Bearer"
+    return response
+
+
+class _Refused(Exception):
+    """Internal: a request refused with `status` and a one-line reason."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _BadRequest(_Refused):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 400)
+
+
+async def _read_capped(request: Request, limit: int) -> bytes:
+    """The body, or 413 as soon as it is known to exceed `limit` (declared length first, then as read)."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.strip().isdigit():
+            raise _BadRequest("Content-Length is not a number")
+        if int(declared) > limit:
+            raise _Refused(
+                f"request body of {int(declared):,} bytes; the limit is {limit:,} (gateway.max_body_bytes)", 413
+            )
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _Refused(f"request body over {limit:,} bytes (gateway.max_body_bytes)", 413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _matches(value: str, patterns: tuple[str, ...]) -> bool:
+    """`value` equals a pattern, or a `...:*` pattern with any port."""
+    for pattern in patterns:
+        if value == pattern or (
+            pattern.endswith(":*") and value.startswith(pattern[:-1]) and value[len(pattern) - 1 :].isdigit()
+        ):
+            return True
+    return False
+
+
+def _principal(name: str) -> AuthenticatedUser:
+    """Who the request authenticated as: the SDK binds a handshake-era session to it, so one credential
+    cannot continue another's session."""
+    return AuthenticatedUser(AccessToken(token="", client_id=name, scopes=[], subject=name))

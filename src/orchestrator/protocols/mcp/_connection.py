@@ -31,11 +31,11 @@ import math
 import os
 import random
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
@@ -43,6 +43,7 @@ import httpx2
 import mcp.types as types
 from mcp import Client
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import find_invalid_x_mcp_header
 from mcp.shared.message import SessionMessage
@@ -62,6 +63,10 @@ from ._transports import TOO_LONG_MARKER, StdoutLineFault, TransportFactory, def
 __all__ = ["Circuit", "DroppedTool", "ServerConnection", "ServerState", "ServerStatus"]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+LogSink = Callable[[types.LoggingMessageNotificationParams], Awaitable[None]]
+"""Where a call's caller wants the server's log messages (the gateway relays them to its client)."""
 
 STABLE_UPTIME_S = 30.0
 """A session that stayed up this long before it died clears the failure count: its restart is quick
@@ -244,6 +249,7 @@ class ServerConnection:
         self._stderr_fd: int | None = None
         self._timed_out = False
         self._last_noise: str | None = None
+        self._log_sinks: list[LogSink | None] = []  # one per call in flight: where its caller wants log messages
         # Created in `prepare` (anyio primitives need a running event loop).
         self._settled: anyio.Event | None = None
         self._state_changed: anyio.Event | None = None
@@ -442,6 +448,7 @@ class ServerConnection:
         client = Client(
             _WatchedTransport(inner, self._transport_closed, self._filter_listing),
             message_handler=self._on_message,
+            logging_callback=self._on_log,
             client_info=CLIENT_INFO,
         )
         async with client:
@@ -724,12 +731,26 @@ class ServerConnection:
 
     # ------------------------------------------------------------------ calls
 
-    async def call_tool(self, tool: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
-        """Route one call; see `MCPManager.call_tool` for the errors."""
+    async def call_tool(
+        self,
+        tool: str,
+        arguments: dict[str, Any] | None,
+        *,
+        progress_callback: ProgressFnT | None = None,
+        meta: dict[str, Any] | None = None,
+        on_log: LogSink | None = None,
+    ) -> types.CallToolResult:
+        """Route one call; see `MCPManager.call_tool` for the errors and the keyword arguments."""
         client = await self._ready_client()
+        self._log_sinks.append(on_log)
         try:
             with anyio.fail_after(self.config.call_timeout_s):
-                result = await client.call_tool(tool, arguments)
+                result = await client.call_tool(
+                    tool,
+                    arguments,
+                    progress_callback=progress_callback,
+                    meta=meta,  # type: ignore[arg-type]
+                )
         except TimeoutError:
             self._check_liveness(client)
             raise ToolCallTimeout(
@@ -754,10 +775,38 @@ class ServerConnection:
             reason = self._lost_reason or _describe(exc)
             self._mark_lost(reason)
             raise TransportError(self.name, tool, reason) from None
+        finally:
+            self._log_sinks.remove(on_log)
         if result.is_error:
             message = f"the tool reported an error: {_result_text(result)}"
             raise ToolExecutionError(self.name, tool, message, result=result)
         return result
+
+    async def request(self, what: str, func: Callable[[Client], Awaitable[T]]) -> T:
+        """`func(live client)` within `call_timeout_s`: resources and prompts, which the gateway passes on.
+
+        Raises:
+            ServerError: not ready (as for calls), or no answer within `call_timeout_s` (`what` names it).
+            MCPError: the server answered with a JSON-RPC error.
+        """
+        client = await self._ready_client()
+        with anyio.move_on_after(self.config.call_timeout_s) as scope:
+            return await func(client)
+        assert scope.cancelled_caught
+        raise ServerError(self.name, f"{what}: no answer within call_timeout_s={self.config.call_timeout_s:g} s")
+
+    async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        """A log message from the server goes to the caller of the call it belongs to. The protocol does
+        not say which call that is once the message reaches the client, so it is delivered only while
+        exactly one call is in flight (and its caller wants log messages); with several, it could be any."""
+        sink = self._log_sinks[0] if len(self._log_sinks) == 1 else None
+        if sink is not None:
+            try:
+                await sink(params)
+            except Exception:  # boundary: the caller may be gone; the server's session must go on
+                logger.debug("server %r: relaying a log message failed", self.name, exc_info=True)
+        else:
+            logger.debug("server %r log (%s): %s", self.name, params.level, str(params.data)[:200])
 
     async def _ready_client(self) -> Client:
         """The live client. While the first start or a quick restart is under way, waits for it (up to

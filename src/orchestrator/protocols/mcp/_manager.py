@@ -22,24 +22,28 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
 import mcp.types as types
+from mcp import Client
+from mcp.shared.dispatcher import ProgressFnT
 
 from ..._config import MCPSettings, Settings
 from ..._errors import ServerError, ToolCallTimeout, ToolExecutionError, TransportError
 from ..._telemetry import CallResult, Telemetry
 from ._cache import ToolListCache
 from ._catalog import ToolCatalog
-from ._connection import SERVING, Circuit, DroppedTool, ServerConnection, ServerState, ServerStatus
+from ._connection import SERVING, Circuit, DroppedTool, LogSink, ServerConnection, ServerState, ServerStatus
 from ._schemas import SchemaLimits
 from ._transports import TransportFactory, default_transport
 
 __all__ = ["Circuit", "DroppedTool", "Listener", "MCPManager", "ServerState", "ServerStatus"]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 Listener = Callable[[int], Awaitable[None] | None]
 """Called with the new `version` after every tool-list change; may be sync or async."""
@@ -225,9 +229,22 @@ class MCPManager:
 
     # ------------------------------------------------------------------ calls
 
-    async def call_tool(self, server: str, tool: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
+    async def call_tool(
+        self,
+        server: str,
+        tool: str,
+        arguments: dict[str, Any] | None,
+        *,
+        progress_callback: ProgressFnT | None = None,
+        meta: dict[str, Any] | None = None,
+        on_log: LogSink | None = None,
+    ) -> types.CallToolResult:
         """Call `tool` on `server` within its `call_timeout_s`; waits for a server that is starting or
         restarting quickly; a failed server (circuit open) answers at once with the time of its next try.
+
+        `progress_callback` hears the server's progress for this call; `meta` goes in the request's
+        `_meta` (e.g. the log-level opt-in); `on_log` hears the server's log messages while this is the
+        only call in flight on that server (the gateway relays both to its own caller).
 
         Returns:
             The result (never one with `is_error`: that raises `ToolExecutionError`).
@@ -249,7 +266,9 @@ class MCPManager:
             self.telemetry.record_tool_call(server, tool, result, time.perf_counter() - started)
 
         try:
-            result = await connection.call_tool(tool, arguments)
+            result = await connection.call_tool(
+                tool, arguments, progress_callback=progress_callback, meta=meta, on_log=on_log
+            )
         except ToolExecutionError:
             record("tool_error")
             raise
@@ -261,6 +280,15 @@ class MCPManager:
             raise
         record("ok")  # a call cancelled by its caller is not recorded: it has no result
         return result
+
+    async def request(self, server: str, what: str, func: Callable[[Client], Awaitable[T]]) -> T:
+        """`func(client)` on `server`'s live `mcp.Client` within its `call_timeout_s` (resources and prompts).
+
+        Raises:
+            ServerError: as for `call_tool`, or no answer in time (`what` names the request).
+            MCPError: the server answered with a JSON-RPC error.
+        """
+        return await self._connection(server).request(what, func)
 
     def _connection(self, server: str) -> ServerConnection:
         connection = self._connections.get(server)

@@ -77,6 +77,9 @@ _UNDERSCORE_RUN = re.compile(r"_{2,}")
 _HASHED_TAIL = re.compile(rf"{re.escape(HASH_MARK)}[0-9a-f]{{{HASH_LENGTH}}}\Z")
 _READABLE_BUDGET = MAX_NAME_LENGTH - len(SEPARATOR) - len(HASH_MARK) - HASH_LENGTH
 # 49 characters of server + tool in a hashed name.
+MIN_NAME_LENGTH = 24
+# Shortest `max_length` a name may be fitted into: separator, mark and hash take 15 characters, and the
+# readable part keeps at least 9 so a human still sees which server and tool it is.
 _WORD_BREAK_MIN = 0.5
 # `one_line` cuts at the last space only if that keeps at least half the limit; otherwise mid-word.
 
@@ -97,15 +100,23 @@ class NormalizedTool:
     """The raw tools/list dict of `server` (name, title, description, inputSchema, ...), untouched."""
 
 
-def qualified_name(server: str, tool: str) -> str:
-    """The provider-safe name of `tool` on `server`; depends only on these two strings.
+def qualified_name(server: str, tool: str, max_length: int = MAX_NAME_LENGTH) -> str:
+    """The provider-safe name of `tool` on `server`; depends only on these two strings (and `max_length`).
 
     `server__tool` when both parts are already safe and it fits; otherwise the sanitised, truncated
     parts followed by `-` and a hash of the exact originals, e.g. `my_server__read_file-3fa9c0d2e1b4`.
+    `max_length` below 64 fits the name into what is left of a model API's 64 characters after a client's
+    own prefix (Claude Code's `mcp__orchestrator__`); at least MIN_NAME_LENGTH.
     """
-    if _is_lossless(server, tool):
+    if _is_lossless(server, tool, max_length):
         return f"{server}{SEPARATOR}{tool}"
-    return _hashed_name(server, tool, attempt=0)
+    return _hashed_name(server, tool, attempt=0, max_length=max_length)
+
+
+def hashed_name(server: str, tool: str, *, max_length: int = MAX_NAME_LENGTH, attempt: int = 0) -> str:
+    """The hashed form of `qualified_name` (readable prefix, `-`, 12 hex digits of the originals' hash)
+    within `max_length`; `attempt` > 0 re-hashes, for the rare name already taken."""
+    return _hashed_name(server, tool, attempt, max_length)
 
 
 def one_line(text: str | None, limit: int = SUMMARY_LIMIT) -> str:
@@ -270,7 +281,7 @@ def reverse_map(tools: Iterable[NormalizedTool], *, aliases: bool = True) -> dic
     return mapping
 
 
-def _is_lossless(server: str, tool: str) -> bool:
+def _is_lossless(server: str, tool: str, max_length: int = MAX_NAME_LENGTH) -> bool:
     """True when `server__tool` is safe, fits, decodes uniquely and cannot look like a hashed name."""
     return (
         isinstance(server, str)
@@ -279,18 +290,21 @@ def _is_lossless(server: str, tool: str) -> bool:
         and _PART.fullmatch(tool) is not None
         and SEPARATOR not in server
         and not server.endswith("_")
-        and len(server) + len(SEPARATOR) + len(tool) <= MAX_NAME_LENGTH
+        and len(server) + len(SEPARATOR) + len(tool) <= max_length
         and _HASHED_TAIL.search(tool) is None
     )
 
 
-def _hashed_name(server: str, tool: str, attempt: int) -> str:
+def _hashed_name(server: str, tool: str, attempt: int, max_length: int = MAX_NAME_LENGTH) -> str:
     """Readable prefix (server part first, then tool part) + mark + hash of the exact originals."""
+    if not MIN_NAME_LENGTH <= max_length <= MAX_NAME_LENGTH:
+        raise ValueError(f"max_length {max_length} is outside {MIN_NAME_LENGTH}..{MAX_NAME_LENGTH}")
+    budget = _READABLE_BUDGET - (MAX_NAME_LENGTH - max_length)
     server_part = _UNDERSCORE_RUN.sub("_", _sanitise(server)).strip("_")
     tool_part = _sanitise(tool)
-    keep = min(len(server_part), max(SERVER_KEEP, _READABLE_BUDGET - len(tool_part)))
+    keep = min(len(server_part), max(min(SERVER_KEEP, budget // 2), budget - len(tool_part)))
     server_part = server_part[:keep].rstrip("_")
-    tool_part = tool_part[: _READABLE_BUDGET - len(server_part)].rstrip("_")
+    tool_part = tool_part[: budget - len(server_part)].rstrip("_")
     return f"{server_part}{SEPARATOR}{tool_part}{HASH_MARK}{_digest(server, tool, attempt)}"
 
 

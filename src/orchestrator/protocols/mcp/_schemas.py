@@ -129,7 +129,8 @@ def tool_problem(tool: Any, limits: SchemaLimits | None = None) -> str | None:
     `name`, string (or absent) `title` and `description`, an `inputSchema` that is a safe object schema
     of `"type": "object"` or no `type` at all (`schema_problem`; some published servers leave it out, and
     the arguments of `tools/call` are an object anyway), an `outputSchema` that is one too if present, and
-    `annotations` an object if present.
+    `annotations` an object if present; not a tool that only runs as an MCP task (`execution.taskSupport`
+    "required", 2025-11-25), since orchestrator calls tools plainly.
     """
     if not isinstance(tool, Mapping):
         return f"the tool is {_kind(tool)}, not an object"
@@ -158,6 +159,11 @@ def tool_problem(tool: Any, limits: SchemaLimits | None = None) -> str | None:
     annotations = tool.get("annotations")
     if annotations is not None and not isinstance(annotations, Mapping):
         return f"annotations is {_kind(annotations)}, not an object"
+    execution = tool.get("execution")
+    if isinstance(execution, Mapping) and execution.get("taskSupport") == "required":
+        # 2025-11-25 tasks: such a tool answers a plain tools/call with an error ("requires task
+        # augmentation"); orchestrator calls tools plainly, so it would only ever fail.
+        return 'execution.taskSupport is "required": it only runs as an MCP task, which orchestrator does not run'
     return None
 
 

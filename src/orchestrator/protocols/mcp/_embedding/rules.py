@@ -36,7 +36,8 @@ DESCRIPTION_WORDS = 80
 still fits in the model's 128-token window: putting the description first and keeping the label raised
 the model-alone hit@5 by 0.01-0.04 on the development sets (docs/tool-search.md)."""
 MAX_QUERY_SENTENCES = 16
-"""Sentences of one request embedded separately (a request is at most 1,000 characters)."""
+"""Sentences of one request embedded separately. The engine ranks requests over 1,000 characters step by
+step and hands the blend only their best few steps (`_search.MAX_EMBEDDED_STEPS`), so this bounds the rest."""
 
 _SENTENCE_BREAK = re.compile(r"(?<=[.?!])\s+|\n+")
 

@@ -1,0 +1,402 @@
+"""The store: small JSON records that must outlive one gateway replica, behind one interface.
+
+    Store                 get / put (with a time to live) / delete / scan a namespace / append to a list /
+                          read a list / close
+    MemoryStore           a dict: one process only (tests, an embedded gateway, a cold spawn's gateway)
+    FileStore(root)       one JSON file per record under `root/<namespace>/`: replicas on one machine
+    RedisStore(url)       Redis through redis-py: replicas on several machines
+    open_store(settings)  `store.url` unset: FileStore under the cache root; `redis://...`: RedisStore
+
+Keys are `namespace/name` (`tasks/<task id>`, `spawns/<spawn id>`, `revoked/<spawn id>`, `stats/<spawn id>`).
+What goes in: task histories (pinned and recently called tools), the open spawns (who opened which
+spawn, its expiry), the meta-tool counts of open spawns (a list each replica appends to), and revoked
+spawn credentials until they would have expired anyway. Every call may block (files, a network round trip): the gateway calls the store from
+its worker pool, never on its event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ._errors import ConfigError, OrchestratorError
+
+if TYPE_CHECKING:
+    from ._config import Settings
+
+__all__ = ["FileStore", "MemoryStore", "RedisStore", "Store", "StoreError", "open_store", "split_key"]
+
+NAME_CHARS = 100
+# Longest file name FileStore makes from a key's name part (file systems allow 255 bytes).
+REDIS_TIMEOUT_S = 5.0
+# Connect and command timeout: a Redis that does not answer in this long fails the request, not the loop.
+
+
+class StoreError(OrchestratorError):
+    """The store cannot be reached or answered wrongly (Redis down, a timeout); names the store."""
+
+
+class Store(Protocol):
+    """Where the gateway keeps what another replica (or a later process) must see.
+
+    Values are anything `json.dumps` accepts. A record with a `ttl_s` disappears after it; `scan` never
+    returns an expired record. Implementations are thread-safe.
+    """
+
+    def get(self, key: str) -> Any | None:
+        """The live value under `key`, or None."""
+        ...
+
+    def put(self, key: str, value: Any, *, ttl_s: float | None = None) -> None:
+        """Store `value` under `key`, replacing what was there; gone after `ttl_s` seconds when given."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Remove `key` (no error when it is not there)."""
+        ...
+
+    def scan(self, namespace: str) -> dict[str, Any]:
+        """Every live record of a namespace, by name (the key without `namespace/`). Meant for small
+        namespaces: the open spawns."""
+        ...
+
+    def append(self, key: str, item: Any, *, ttl_s: float) -> None:
+        """Add `item` to the list under `key` (several processes may append at once); the list is gone
+        `ttl_s` after its first item. Cheap: no file is rewritten, no record replaced."""
+        ...
+
+    def items(self, key: str) -> list[Any]:
+        """The list under `key`, oldest first ([] when there is none or it has expired)."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; the store is not used afterwards."""
+        ...
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """`namespace/name` -> (namespace, name).
+
+    Raises:
+        ValueError: no namespace, or an empty part.
+    """
+    namespace, sep, name = key.partition("/")
+    if not sep or not namespace or not name:
+        raise ValueError(f"store key {key!r}: expected 'namespace/name'")
+    return namespace, name
+
+
+def _expiry(ttl_s: float | None) -> float | None:
+    if ttl_s is None:
+        return None
+    if not math.isfinite(ttl_s) or ttl_s <= 0:
+        raise ValueError(f"store ttl_s must be a positive number of seconds, got {ttl_s!r}")
+    return time.time() + ttl_s
+
+
+class MemoryStore:
+    """Records in a dict, for one process: what a gateway uses when nothing else is passed in."""
+
+    def __init__(self) -> None:
+        self._data: dict[str, tuple[float | None, str]] = {}
+        self._lists: dict[str, tuple[float, list[str]]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> Any | None:
+        with self._lock:
+            record = self._data.get(key)
+            if record is None:
+                return None
+            if record[0] is not None and record[0] <= time.time():
+                del self._data[key]
+                return None
+        return json.loads(record[1])
+
+    def put(self, key: str, value: Any, *, ttl_s: float | None = None) -> None:
+        split_key(key)
+        record = (_expiry(ttl_s), json.dumps(value))  # a copy: callers may change `value` afterwards
+        with self._lock:
+            self._data[key] = record
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._data.pop(key, None)
+            self._lists.pop(key, None)
+
+    def scan(self, namespace: str) -> dict[str, Any]:
+        prefix = namespace + "/"
+        now = time.time()
+        found: dict[str, Any] = {}
+        with self._lock:
+            for key, (expires, text) in list(self._data.items()):
+                if not key.startswith(prefix):
+                    continue
+                if expires is not None and expires <= now:
+                    del self._data[key]
+                    continue
+                found[key[len(prefix) :]] = json.loads(text)
+        return found
+
+    def append(self, key: str, item: Any, *, ttl_s: float) -> None:
+        split_key(key)
+        expires = _expiry(ttl_s)
+        assert expires is not None
+        text = json.dumps(item)
+        with self._lock:
+            current = self._lists.get(key)
+            if current is None or current[0] <= time.time():
+                current = self._lists[key] = (expires, [])
+            current[1].append(text)
+
+    def items(self, key: str) -> list[Any]:
+        with self._lock:
+            current = self._lists.get(key)
+            if current is None:
+                return []
+            if current[0] <= time.time():
+                del self._lists[key]
+                return []
+            texts = list(current[1])
+        return [json.loads(text) for text in texts]
+
+    def close(self) -> None:
+        return None
+
+
+class FileStore:
+    """One small JSON file per record, `root/<namespace>/<name>.json`: `{"expires": t|null, "value": v}`;
+    one JSON line per list item in `root/<namespace>/<name>.jsonl`: `{"expires": t, "item": i}`.
+
+    Replicas on one machine (or sharing a folder) see each other's records. A record without a time to
+    live (a task history) is written with an fsync; short-lived ones are not. Records are replaced
+    atomically (a temporary file and a rename): a reader sees the old record or the new one. List items
+    are appended (O_APPEND, one write each): about 40 us here, where replacing a file costs about 1 ms,
+    so counting every tool call stays cheap. Names are reduced to `[A-Za-z0-9_-]` for the file name, as
+    task histories always were.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def _path(self, key: str) -> Path:
+        namespace, name = split_key(key)
+        return self.root / _safe(namespace) / f"{_safe(name)}.json"
+
+    def get(self, key: str) -> Any | None:
+        return self._read(self._path(key), time.time())
+
+    def put(self, key: str, value: Any, *, ttl_s: float | None = None) -> None:
+        path = self._path(key)
+        expires = _expiry(ttl_s)
+        payload = json.dumps({"key": key, "expires": expires, "value": value}).encode("utf-8")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(payload)
+                if expires is None:  # lasting records survive a crash; expiring ones need not
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            os.replace(temp_name, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp_name)
+            raise
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        for each in (path, path.with_suffix(".jsonl")):
+            with contextlib.suppress(FileNotFoundError):
+                each.unlink()
+
+    def scan(self, namespace: str) -> dict[str, Any]:
+        folder = self.root / _safe(namespace)
+        now = time.time()
+        found: dict[str, Any] = {}
+        try:
+            paths = [entry for entry in folder.iterdir() if entry.suffix == ".json"]
+        except FileNotFoundError:
+            return found
+        for path in paths:
+            envelope = self._envelope(path, now)
+            if envelope is not None:
+                key = envelope.get("key")
+                name = key.partition("/")[2] if isinstance(key, str) else path.stem
+                found[name] = envelope.get("value")
+        return found
+
+    def append(self, key: str, item: Any, *, ttl_s: float) -> None:
+        path = self._path(key).with_suffix(".jsonl")
+        line = json.dumps({"expires": _expiry(ttl_s), "item": item}).encode("utf-8") + b"\n"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+    def items(self, key: str) -> list[Any]:
+        path = self._path(key).with_suffix(".jsonl")
+        try:
+            lines = path.read_bytes().splitlines()
+        except FileNotFoundError:
+            return []
+        now = time.time()
+        found: list[Any] = []
+        for line in lines:
+            try:
+                entry = json.loads(line)
+            except ValueError:  # a line cut short by a crash: skipped
+                continue
+            if not isinstance(entry, dict) or "item" not in entry:
+                continue
+            expires = entry.get("expires")
+            if isinstance(expires, int | float) and expires <= now:  # the list expires with its first item
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                return []
+            found.append(entry["item"])
+        return found
+
+    def close(self) -> None:
+        return None
+
+    def _read(self, path: Path, now: float) -> Any | None:
+        envelope = self._envelope(path, now)
+        return None if envelope is None else envelope.get("value")
+
+    def _envelope(self, path: Path, now: float) -> dict[str, Any] | None:
+        """The record's envelope; None (and the file removed) once it has expired; None when unreadable."""
+        try:
+            data = json.loads(path.read_bytes())
+        except (OSError, ValueError):  # not there, or damaged: as if absent (a later put replaces it)
+            return None
+        if not isinstance(data, dict) or "value" not in data:
+            return None
+        expires = data.get("expires")
+        if isinstance(expires, int | float) and expires <= now:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            return None
+        return data
+
+
+class RedisStore:
+    """Records in Redis (redis-py): replicas on several machines share them.
+
+    Each record is one string key `<prefix><namespace>:<name>` with Redis' own expiry; each namespace
+    also has a sorted set `<prefix>index:<namespace>` of its keys scored by expiry, so `scan` reads one
+    namespace without walking the whole keyspace (and drops index entries that have expired).
+    """
+
+    def __init__(self, url: str, *, prefix: str = "orchestrator:", client: Any = None) -> None:
+        import redis
+
+        self.url = url
+        self.prefix = prefix
+        self._redis = (
+            client
+            if client is not None
+            else redis.Redis.from_url(url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S)
+        )
+
+    def _key(self, key: str) -> tuple[str, str, str]:
+        namespace, name = split_key(key)
+        return f"{self.prefix}{namespace}:{name}", f"{self.prefix}index:{namespace}", name
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        import redis
+
+        try:
+            yield
+        except redis.RedisError as exc:
+            raise StoreError(f"store {_redacted(self.url)}: {type(exc).__name__}: {exc}") from None
+
+    def get(self, key: str) -> Any | None:
+        redis_key, _, _ = self._key(key)
+        with self._errors():
+            raw = self._redis.get(redis_key)
+        return None if raw is None else json.loads(raw)
+
+    def put(self, key: str, value: Any, *, ttl_s: float | None = None) -> None:
+        redis_key, index, name = self._key(key)
+        expires = _expiry(ttl_s)
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.set(redis_key, json.dumps(value), px=None if ttl_s is None else max(1, math.ceil(ttl_s * 1000)))
+        pipe.zadd(index, {name: expires if expires is not None else math.inf})
+        with self._errors():
+            pipe.execute()
+
+    def delete(self, key: str) -> None:
+        redis_key, index, name = self._key(key)
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.delete(redis_key)
+        pipe.zrem(index, name)
+        with self._errors():
+            pipe.execute()
+
+    def append(self, key: str, item: Any, *, ttl_s: float) -> None:
+        redis_key, _, _ = self._key(key)
+        expires = _expiry(ttl_s)
+        assert expires is not None
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.rpush(redis_key, json.dumps(item))
+        pipe.pexpireat(redis_key, math.ceil(expires * 1000), nx=True)  # the first item's expiry holds
+        with self._errors():
+            pipe.execute()
+
+    def items(self, key: str) -> list[Any]:
+        redis_key, _, _ = self._key(key)
+        with self._errors():
+            raw = self._redis.lrange(redis_key, 0, -1)
+        return [json.loads(each) for each in raw]
+
+    def scan(self, namespace: str) -> dict[str, Any]:
+        index = f"{self.prefix}index:{namespace}"
+        with self._errors():
+            self._redis.zremrangebyscore(index, "-inf", time.time())
+            members = self._redis.zrange(index, 0, -1)
+            names = [name.decode("utf-8") if isinstance(name, bytes) else str(name) for name in members]
+            if not names:
+                return {}
+            values = self._redis.mget([f"{self.prefix}{namespace}:{name}" for name in names])
+        return {name: json.loads(raw) for name, raw in zip(names, values, strict=True) if raw is not None}
+
+    def close(self) -> None:
+        self._redis.close()
+
+
+def open_store(settings: Settings) -> Store:
+    """The store `settings` name: Redis for `store.url`, else files under the cache root.
+
+    Raises:
+        ConfigError: `store.url` is set but redis-py is not installed.
+    """
+    url = settings.store.url
+    if url is None:
+        return FileStore(settings.mcp.cache_root())
+    try:
+        import redis  # noqa: F401 (only to report a missing package as a config error)
+    except ImportError:
+        raise ConfigError("store.url: a Redis store needs the redis package (pip install redis)") from None
+    return RedisStore(url, prefix=settings.store.prefix)
+
+
+def _redacted(url: str) -> str:
+    """The URL without its password (error messages end up in logs)."""
+    scheme, sep, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    return f"{scheme}{sep}***@{host}" if at and credentials else url
+
+
+def _safe(part: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in part)[:NAME_CHARS] or "_"

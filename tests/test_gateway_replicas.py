@@ -1,0 +1,317 @@
+"""Gateway replicas: two real `orchestrator serve` processes that share a signing key and a store serve each
+other's spawns, with a client whose every request goes to the other one (as behind a load balancer).
+
+Twice: replicas on one machine sharing the file store (one cache folder), and replicas sharing only a
+Redis (Debian's redis-server, started here on a free port in a temporary folder; skipped, saying why,
+when it is not installed: scripts/install-redis.sh installs it). Also the store interface itself, over
+files, memory and Redis.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import httpx2
+import pytest
+import yaml
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from orchestrator._gateway import GatewayClient
+from orchestrator._history import TaskHistory
+from orchestrator._store import FileStore, MemoryStore, RedisStore, Store, StoreError
+
+pytestmark = pytest.mark.anyio
+
+ORCHESTRATOR = str(Path(sys.executable).with_name("orchestrator"))
+SIGNING_KEY = "replicas-share-this-signing-key-0123456789"
+TOKEN = "replicas-admin-token"
+SERVE_READY_S = 90.0
+# Each replica starts mcp-server-time (about 1.5 s) on a loaded 2-core machine: a bound, not an expectation.
+REDIS_READY_S = 15.0
+EXPIRY_SEEN_S = 5.0
+# A record with a 50 ms time to live must be gone well within this.
+BANNER_MAX_LINES = 20
+TOOL = "time__get_current_time"
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _config(folder: Path, cache: Path, store_url: str | None) -> Path:
+    data: dict[str, Any] = {
+        "mcp": {
+            "servers": {"time": {"command": "python", "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}},
+            "cache_dir": str(cache),
+        },
+        "agents": {"searcher": {"tool_search": {"threshold_tokens": 0}}},
+        "gateway": {"host": "127.0.0.1", "port": 0, "token": TOKEN, "signing_key": SIGNING_KEY},
+    }
+    if store_url is not None:
+        data["store"] = {"url": store_url}
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "bernstein.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@contextlib.asynccontextmanager
+async def serving(config: Path) -> AsyncIterator[str]:
+    """`orchestrator serve` on a free port; yields its base URL once it listens and its servers are up,
+    stops it with SIGTERM."""
+    process = subprocess.Popen(  # noqa: ASYNC220 (one per replica; its stderr is read in a thread)
+        [ORCHESTRATOR, "--config", str(config), "serve"], stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
+    )
+    try:
+        assert process.stderr is not None
+        seen = []
+        for _ in range(BANNER_MAX_LINES):
+            line = await anyio.to_thread.run_sync(process.stderr.readline)
+            seen.append(line)
+            match = re.search(r"at (http://127\.0\.0\.1:\d+)/mcp", line)
+            if match or not line:
+                break
+        assert match, "".join(seen)
+        base = match.group(1)
+        await _until_servers_ready(base)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        if process.stderr is not None:
+            process.stderr.close()
+
+
+async def _until_servers_ready(base: str) -> None:
+    """Wait (bounded) until the replica's servers are up: it may listen before they are."""
+    client = GatewayClient(base, TOKEN)
+    with anyio.fail_after(SERVE_READY_S):
+        while True:
+            health = await client.health()
+            if health is not None and all(server["state"] == "ready" for server in health["servers"]):
+                return
+            await anyio.sleep(0.05)
+
+
+class Alternating(httpx2.AsyncBaseTransport):
+    """A load balancer in one object: each request goes to the next replica in turn."""
+
+    def __init__(self, bases: list[str]) -> None:
+        self._ports = itertools.cycle([int(base.rsplit(":", 1)[1]) for base in bases])
+        self._inner = httpx2.AsyncHTTPTransport()
+        self.sent_to: list[int] = []
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        port = next(self._ports)
+        request.url = request.url.copy_with(port=port)
+        request.headers["host"] = f"127.0.0.1:{port}"
+        self.sent_to.append(port)
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+@contextlib.asynccontextmanager
+async def balanced(url: str, token: str, bases: list[str]) -> AsyncIterator[tuple[Client, Alternating]]:
+    transport = Alternating(bases)
+    async with (
+        httpx2.AsyncClient(transport=transport, headers={"Authorization": f"Bearer {token}"}) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        yield client, transport
+
+
+async def _spawn_served_by_both(first: str, second: str) -> None:
+    """Open on one replica, work through both alternately, close on the other; history and revocation
+    reach across."""
+    bases = [first, second]
+    opened = await GatewayClient(first, TOKEN).open_spawn("replicated task", "searcher")
+    async with balanced(opened["url"], opened["token"], bases) as (client, transport):
+        assert [tool.name for tool in (await client.list_tools()).tools] == ["tool_search", "expand_tools", "call_tool"]
+        found = (await client.call_tool("tool_search", {"query": "current time timezone"})).structured_content
+        assert found["hits"][0]["name"] == TOOL
+        expanded = (await client.call_tool("expand_tools", {"names": [TOOL]})).structured_content
+        assert expanded["tools"][0]["name"] == TOOL
+        result = await client.call_tool("call_tool", {"name": TOOL, "arguments": {"timezone": "UTC"}})
+        assert not result.is_error
+    ports = {int(base.rsplit(":", 1)[1]) for base in bases}
+    assert set(transport.sent_to) == ports and len(transport.sent_to) >= 4
+
+    closed = await GatewayClient(second, TOKEN).close_spawn(opened["id"])  # the other replica closes it
+    assert (closed["searches"], closed["expands"], closed["calls"], closed["errors"]) == (1, 1, 1, 0)
+    assert closed["called"] == [TOOL] and closed["agent"] == "searcher"
+    for base in bases:  # revoked everywhere, whichever replica is asked
+        spawn_url = opened["url"].replace(first, base)
+        async with httpx2.AsyncClient(trust_env=False) as http:
+            gone = await http.post(
+                spawn_url, json={}, headers={"Authorization": f"Bearer {opened['token']}", "Accept": "application/json"}
+            )
+        assert gone.status_code == 404, base
+
+    again = await GatewayClient(second, TOKEN).open_spawn("replicated task", "searcher")
+    assert TOOL in again["plan"]["pinned"]  # the task's history, written by whichever replica ran the call
+    await GatewayClient(first, TOKEN).close_spawn(again["id"])
+
+
+@pytest.mark.slow
+async def test_two_replicas_sharing_a_key_and_the_file_store_serve_each_others_spawns(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"  # one cache root: the file store both replicas use
+    async with (
+        serving(_config(tmp_path / "a", cache, None)) as first,
+        serving(_config(tmp_path / "b", cache, None)) as second,
+    ):
+        with anyio.fail_after(SERVE_READY_S):
+            await _spawn_served_by_both(first, second)
+
+
+@pytest.mark.slow
+async def test_a_replica_without_the_shared_key_refuses_the_others_spawns(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    other = _config(tmp_path / "b", cache, None)
+    data = yaml.safe_load(other.read_text())
+    data["gateway"]["signing_key"] = "a-different-key-for-another-deployment-000"
+    other.write_text(yaml.safe_dump(data))
+    async with serving(_config(tmp_path / "a", cache, None)) as first, serving(other) as second:
+        opened = await GatewayClient(first, TOKEN).open_spawn("task", "searcher")
+        async with httpx2.AsyncClient(trust_env=False) as http:
+            refused = await http.post(
+                opened["url"].replace(first, second), json={}, headers={"Authorization": f"Bearer {opened['token']}"}
+            )
+        assert refused.status_code == 401
+
+
+# --------------------------------------------------------------------------- Redis
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Debian's redis-server on a free port with a temporary folder and no persistence, for this module."""
+    executable = shutil.which("redis-server")
+    if executable is None:
+        pytest.skip("redis-server is not installed (sh scripts/install-redis.sh installs Debian's package)")
+    import redis
+
+    folder = tmp_path_factory.mktemp("redis")
+    port = _free_port()
+    command = [
+        executable,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(folder),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--protected-mode",
+        "yes",
+        "--logfile",
+        str(folder / "redis.log"),
+    ]
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    try:
+        client = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=1)
+        deadline = time.monotonic() + REDIS_READY_S
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    log = (folder / "redis.log").read_text() if (folder / "redis.log").exists() else ""
+                    raise RuntimeError(f"redis-server did not start on port {port}: {log[-500:]}") from None
+                time.sleep(0.05)  # a sync fixture polling a child process, bounded by REDIS_READY_S
+        client.close()
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.mark.slow
+async def test_two_replicas_that_share_only_a_redis_serve_each_others_spawns(tmp_path: Path, redis_url: str) -> None:
+    first_config = _config(tmp_path / "a", tmp_path / "cache-a", redis_url)  # separate cache folders:
+    second_config = _config(tmp_path / "b", tmp_path / "cache-b", redis_url)  # only Redis is shared
+    async with serving(first_config) as first, serving(second_config) as second:
+        with anyio.fail_after(SERVE_READY_S):
+            await _spawn_served_by_both(first, second)
+    assert not (tmp_path / "cache-a" / "spawns").exists() and not (tmp_path / "cache-b" / "tasks").exists()
+
+
+# --------------------------------------------------------------------------- the store interface
+
+
+@pytest.fixture(params=["memory", "files", "redis"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "memory":
+        yield MemoryStore()
+    elif request.param == "files":
+        yield FileStore(tmp_path / "store")
+    else:
+        url = request.getfixturevalue("redis_url")
+        redis_store = RedisStore(url, prefix=f"test-{tmp_path.name}:")
+        yield redis_store
+        redis_store.close()
+
+
+def test_a_store_keeps_replaces_expires_and_scans_records(store: Store) -> None:
+    store.put("tasks/one", {"recent": ["a"]})
+    store.put("tasks/one", {"recent": ["b", "a"]})
+    assert store.get("tasks/one") == {"recent": ["b", "a"]} and store.get("tasks/two") is None
+    store.put("spawns/live", {"agent": "x"}, ttl_s=60)
+    store.put("spawns/brief", {"agent": "y"}, ttl_s=0.05)
+    store.put("other/kept", 1)
+    deadline = time.monotonic() + EXPIRY_SEEN_S
+    while store.get("spawns/brief") is not None and time.monotonic() < deadline:
+        time.sleep(0.02)  # nothing announces an expiry: poll, bounded
+    assert store.scan("spawns") == {"live": {"agent": "x"}}
+    store.delete("spawns/live")
+    store.delete("spawns/never-there")
+    assert store.scan("spawns") == {} and store.scan("nothing") == {}
+    with pytest.raises(ValueError, match="expected 'namespace/name'"):
+        store.put("no-namespace", 1)
+
+
+def test_task_history_sits_on_the_store_and_a_folder_still_works(tmp_path: Path) -> None:
+    shared = FileStore(tmp_path / "cache")
+    one, other = TaskHistory(shared), TaskHistory(FileStore(tmp_path / "cache"))
+    one.record("task-1", ["a", "b"])
+    assert other.recent("task-1") == ["b", "a"]  # no copy in memory: another replica sees it at once
+    assert json.loads((tmp_path / "cache" / "tasks" / "task-1.json").read_text())["value"]["recent"] == ["b", "a"]
+    folder = TaskHistory(tmp_path / "cache" / "tasks")  # a folder, as before the store: the same files
+    assert folder.recent("task-1") == ["b", "a"]
+
+
+def test_a_redis_that_is_down_is_a_store_error_and_history_goes_on_without_it() -> None:
+    port = _free_port()  # nothing listens there
+    down = RedisStore(f"redis://:hunter2@127.0.0.1:{port}/0")
+    with pytest.raises(StoreError, match=r"store redis://\*\*\*@127\.0\.0\.1") as caught:
+        down.get("tasks/x")
+    assert "hunter2" not in str(caught.value)
+    history = TaskHistory(down)
+    assert history.recent("x") == [] and history.record("x", ["t"]) == ["t"]
+    down.close()
