@@ -62,7 +62,7 @@ class PlainBM25:
         terms = plain_tokens(query)
         candidates = sorted(set().union(*(self._containing.get(term, ()) for term in terms)))
         # get_batch_scores: the library's own scores, for the documents that can rank at all.
-        scores = dict(zip(candidates, self.bm25.get_batch_scores(terms, candidates))) if candidates else {}
+        scores = dict(zip(candidates, self.bm25.get_batch_scores(terms, candidates), strict=True)) if candidates else {}
         candidates.sort(key=lambda i: (-scores[i], i))
         return [self.names[i] for i in candidates[:depth]]
 
@@ -112,7 +112,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     cells = [[str(cell) for cell in header], *[[str(cell) for cell in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     for row in cells:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
 
 
 def same_scores(a: np.ndarray, b: np.ndarray) -> bool:

@@ -43,8 +43,8 @@ import tempfile
 import time
 
 import numpy as np
-from _common import CATALOGS, RETRIEVAL, SETS, median, percentile, replicated_lists, same_scores, report_targets, table
 
+from _common import CATALOGS, RETRIEVAL, SETS, median, percentile, replicated_lists, report_targets, same_scores, table
 from orchestrator import Settings, SpawnPlanner, ToolCatalog, ToolSearchEngine, ToolSearchSettings
 from orchestrator.protocols.mcp._evaluation import load_queries
 from orchestrator.protocols.mcp._search import MAX_QUERY_CHARS
@@ -152,7 +152,7 @@ def main() -> int:
     rebuilds = []
     for _ in range(args.repeats):
         current = {"catalog": before}
-        engine = ToolSearchEngine(lambda: current["catalog"], ranking="lexical")
+        engine = ToolSearchEngine(lambda current=current: current["catalog"], ranking="lexical")
         engine.catalog  # noqa: B018
         current["catalog"] = after
         started = time.perf_counter()

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 
 from _common import CATALOGS, report_targets, table
-
 from orchestrator import Settings, SpawnPlan, SpawnPlanner, ToolCatalog, ToolSearchEngine, ToolSearchSettings
 from orchestrator.protocols.mcp._catalog import read_snapshot
 from orchestrator.protocols.mcp._tokens import compact_json, count_tokens

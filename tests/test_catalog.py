@@ -90,7 +90,7 @@ def test_a_malformed_snapshot_is_an_error_naming_the_file(tmp_path: Path, conten
 def test_a_missing_snapshot_or_empty_folder_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(CatalogError, match="snapshot not found"):
         ToolCatalog.from_snapshot(tmp_path / "nope.json")
-    with pytest.raises(CatalogError, match="holds no <server>.json files"):
+    with pytest.raises(CatalogError, match=r"holds no <server>\.json files"):
         ToolCatalog.from_snapshot(tmp_path)
 
 

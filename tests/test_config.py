@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator._cli import app
 from orchestrator import Settings
+from orchestrator._cli import app
 from orchestrator._config import effective_values, load_config, load_settings
 from orchestrator._errors import ConfigError
 
@@ -215,7 +215,7 @@ def test_bundled_bernstein_yaml_is_valid_and_points_git_at_the_repository() -> N
 def test_unknown_agent_profile_lists_known_ones() -> None:
     settings = load_settings()
     assert settings.agent("default").allow == ["*"]
-    with pytest.raises(ConfigError, match="unknown agent profile 'ghost'.*known: default"):
+    with pytest.raises(ConfigError, match=r"unknown agent profile 'ghost'.*known: default"):
         settings.agent("ghost")
 
 

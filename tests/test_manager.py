@@ -406,7 +406,7 @@ async def test_closing_on_an_error_leaves_no_child_process_even_a_lingering_one_
             "stubborn": stdio_server_config("basic.py", "--linger", "--grandchild"),
         },
     )
-    with pytest.raises(LookupError, match="raised in the body"):  # propagates as is, not in a group
+    with pytest.raises(LookupError, match="raised in the body"):  # noqa: PT012 (propagates as is, not in a group)
         async with MCPManager(settings) as manager:
             assert all(s.state is ServerState.READY for s in manager.status())
             started = _live_descendants(os.getpid()) - before

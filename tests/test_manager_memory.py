@@ -21,7 +21,7 @@ from orchestrator import MCPManager, MetaTools, ServerConfig, ServerState, ToolE
 from orchestrator._config import MCPSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "servers"))
-from basic import build  # noqa: E402
+from basic import build
 
 
 def in_process(servers: dict[str, MCPServer]):  # type: ignore[no-untyped-def]

@@ -47,7 +47,7 @@ def _settings(**agents: AgentProfile) -> Settings:
     return Settings(agents=agents)
 
 
-@pytest.fixture()
+@pytest.fixture
 def catalog() -> ToolCatalog:
     return ToolCatalog.from_lists(LISTS, REPLICAS)
 

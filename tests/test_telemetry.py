@@ -452,7 +452,7 @@ class _Collector(BaseHTTPRequestHandler):
 
     received: list[tuple[str, dict[str, str], bytes]]
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server naming)
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         self.received.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
         self.send_response(200)
@@ -460,7 +460,7 @@ class _Collector(BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server naming); quiet
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 

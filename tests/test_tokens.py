@@ -8,7 +8,6 @@ import pytest
 import tiktoken
 
 from orchestrator._errors import TokenizerError
-from orchestrator.protocols.mcp import _tokens as tokens
 from orchestrator.protocols.mcp._tokens import (
     TokenCounter,
     compact_json,

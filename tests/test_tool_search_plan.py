@@ -8,10 +8,10 @@ import pytest
 
 from orchestrator._config import ToolSearchSettings
 from orchestrator._errors import TokenizerError
+from orchestrator._planning import META_TOOL_DEFINITIONS, plan_tools
 from orchestrator.protocols.mcp._catalog import ToolCatalog
 from orchestrator.protocols.mcp._directory import DIRECTORY_HEADER
 from orchestrator.protocols.mcp._tokens import count_definition_tokens, count_tokens
-from orchestrator._planning import META_TOOL_DEFINITIONS, plan_tools
 
 from .test_tool_search import TOOLS
 
@@ -131,7 +131,7 @@ def test_the_header_is_the_same_text_for_every_catalog(catalog: ToolCatalog) -> 
 
 
 def test_an_unloadable_tokenizer_is_an_error(catalog: ToolCatalog) -> None:
-    with pytest.raises(TokenizerError, match="mcp.tool_search.tokenizer"):
+    with pytest.raises(TokenizerError, match=r"mcp\.tool_search\.tokenizer"):
         plan_tools(catalog, settings(tokenizer="no-such-encoding"))
 
 

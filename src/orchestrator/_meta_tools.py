@@ -504,7 +504,7 @@ def _repair_nested(args: dict[str, Any], errors: Sequence[SchemaValidationError]
         wanted_types = {wanted} if isinstance(wanted, str) else set(wanted or ())
         if isinstance(value, str) and wanted_types & {"object", "array"}:
             decoded = _json_or_none(value)
-            if isinstance(decoded, dict | list):
+            if isinstance(decoded, dict | list) and isinstance(key, str):
                 args[key] = decoded
                 changed = True
     return changed

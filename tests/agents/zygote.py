@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import agent  # noqa: E402  (the point of the zygote: imported before any fork)
+import agent
 
 
 def _preload() -> None:

@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _serve import add_transport_args, serve  # noqa: E402
-from mcp.server import MCPServer  # noqa: E402
-from mcp.server.mcpserver.exceptions import ToolError  # noqa: E402
+from _serve import add_transport_args, serve
+from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 
 def build(name: str = "basic", extra_tools: int = 0) -> MCPServer:

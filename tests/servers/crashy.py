@@ -20,7 +20,7 @@ if __name__ == "__main__" and "--refuse-restart" in sys.argv:
         sys.exit(1)
     open(_marker, "w").close()
 
-from mcp.server import MCPServer  # noqa: E402
+from mcp.server import MCPServer
 
 
 def build() -> MCPServer:

@@ -91,7 +91,9 @@ def telemetry_session(settings: Settings | TelemetrySettings) -> Iterator[Teleme
 
 
 def _telemetry_settings(settings: Settings | TelemetrySettings) -> TelemetrySettings:
-    return getattr(settings, "telemetry", settings)  # type: ignore[return-value]
+    from .._config import TelemetrySettings
+
+    return settings if isinstance(settings, TelemetrySettings) else settings.telemetry
 
 
 def _prometheus_telemetry(config: TelemetrySettings, resource: Resource) -> Telemetry:

@@ -113,17 +113,17 @@ def topic_words(catalog: ToolCatalog, limit: int) -> dict[str, list[str]]:
     """
     grouped = _tools_by_server(catalog)
     name_vocabulary = {word for entry in catalog for word in _words(entry.tool)}
-    weights: dict[str, Counter[str]] = {}
+    weights: dict[str, dict[str, float]] = {}
     for server, tools in grouped:
-        counter: Counter[str] = Counter()
+        counter: dict[str, float] = {}
         for entry in tools:
             name_words = set(_words(entry.tool))
             for word in name_words:
-                counter[word] += _NAME_WORD_WEIGHT
+                counter[word] = counter.get(word, 0.0) + _NAME_WORD_WEIGHT
             for word in set(_words(entry.description)) & name_vocabulary - name_words:
-                counter[word] += _DESCRIPTION_WORD_WEIGHT
+                counter[word] = counter.get(word, 0.0) + _DESCRIPTION_WORD_WEIGHT
         own = server.lower()
-        weights[server] = Counter({word: weight for word, weight in counter.items() if word not in own})
+        weights[server] = {word: weight for word, weight in counter.items() if word not in own}
     spread = Counter(word for counter in weights.values() for word in counter)
     total = len(weights)
     topics: dict[str, list[str]] = {}

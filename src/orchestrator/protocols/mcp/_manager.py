@@ -312,7 +312,7 @@ class MCPManager:
 
         return unsubscribe
 
-    async def wait_for_version(self, above: int, timeout: float) -> int:
+    async def wait_for_version(self, above: int, timeout: float) -> int:  # noqa: ASYNC109
         """Wait until `version > above` and return it.
 
         Raises:

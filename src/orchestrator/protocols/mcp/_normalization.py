@@ -119,7 +119,7 @@ def hashed_name(server: str, tool: str, *, max_length: int = MAX_NAME_LENGTH, at
     return _hashed_name(server, tool, attempt, max_length)
 
 
-def one_line(text: str | None, limit: int = SUMMARY_LIMIT) -> str:
+def one_line(text: object, limit: int = SUMMARY_LIMIT) -> str:
     """Untrusted server text as one safe summary line of at most `limit` characters.
 
     Control, format (zero-width, bidi), surrogate, private-use and unassigned characters are dropped;
@@ -236,7 +236,8 @@ def normalize(
     by_tool: dict[tuple[str, str], list[list[tuple[str, Mapping[str, Any]]]]] = {}
     for server in sorted(tools_by_server):
         seen: set[str] = set()
-        for definition in tools_by_server[server] or ():
+        offered: Sequence[object] = tools_by_server[server] or ()  # a server's list is untrusted
+        for definition in offered:
             if not isinstance(definition, Mapping):
                 continue
             tool = _tool_name(definition)
