@@ -393,6 +393,7 @@ class Squatter:
         self.sock.listen(16)
         self.port = self.sock.getsockname()[1]
         self.received = bytearray()
+        self._stopping = False
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
 
@@ -401,6 +402,9 @@ class Squatter:
             try:
                 conn, _ = self.sock.accept()
             except OSError:
+                return
+            if self._stopping:
+                conn.close()
                 return
             with conn:
                 conn.settimeout(SQUATTER_READ_S)
@@ -415,8 +419,10 @@ class Squatter:
                     )
 
     def close(self) -> None:
-        self.sock.close()
+        self._stopping = True
+        socket.create_connection(("127.0.0.1", self.port)).close()  # wakes accept(): closing does not
         self._thread.join(timeout=SQUATTER_READ_S)
+        self.sock.close()
 
 
 @pytest.fixture

@@ -179,3 +179,9 @@ def test_dry_run_prints_provider_request_fragments(config: Path, shared_data: Pa
 def test_provider_formats_need_dry_run(config: Path) -> None:
     result = CliRunner().invoke(app, ["--config", str(config), "spawn", "--task", "x", "--format", "openai"])
     assert result.exit_code == 2 and "--dry-run" in result.output
+
+
+def test_serve_refuses_a_non_loopback_host_without_a_token(config: Path) -> None:
+    result = CliRunner().invoke(app, ["--config", str(config), "serve", "--host", "0.0.0.0", "--port", "0"])
+    assert result.exit_code == 2
+    assert "gateway.host: '0.0.0.0' is not a loopback address; set gateway.token" in result.output
