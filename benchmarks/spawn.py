@@ -76,7 +76,7 @@ async def warm_runs(settings: Settings, count: int) -> list[float]:
     async with MCPManager(settings) as manager:
         gateway = Gateway(settings, manager)
         async with gateway.running("127.0.0.1", 0) as base:
-            client = GatewayClient(base)
+            client = GatewayClient(base, gateway.credentials.admin_secret)
             await first_search(*(await _open(client)))  # one untimed run: first-use costs in this process
             for _ in range(count):
                 started = time.perf_counter()
@@ -121,7 +121,7 @@ async def warm_process_runs(settings: Settings, count: int, folder: Path) -> lis
     async with MCPManager(settings) as manager:
         gateway = Gateway(settings, manager)
         async with gateway.running("127.0.0.1", 0) as base:
-            client = GatewayClient(base)
+            client = GatewayClient(base, gateway.credentials.admin_secret)
             for _ in range(count):
                 started = time.time()
                 url, token, spawn_id = await _open(client, with_id=True)

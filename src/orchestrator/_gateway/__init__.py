@@ -5,6 +5,9 @@
     app.py      the HTTP side: ASGI router, admin endpoints, bind/loopback/transport-security rules, uvicorn
     client.py   `GatewayClient`: the admin endpoints over one async HTTP client
     proxy.py    the upstream servers' resources and prompts, listed and read through the gateway
+    auth.py     credentials: the admin secret and its runtime file, signed spawn capabilities (JWT),
+                the challenge that proves a gateway before a client sends it anything
+    sessions.py per-spawn session accounting (rounds, searches, expands, calls; tokens in both modes)
 
 `orchestrator` re-exports `Gateway`, `SpawnHandle` and `GatewayClient`; the rest is for the CLI and launcher.
 """
