@@ -151,7 +151,14 @@ def choose_weight(sets: dict[str, Scored], floor: float) -> tuple[float, list[li
 
 def subset(scored: Scored, ids: list[int]) -> Scored:
     pick = lambda values: [values[i] for i in ids]  # noqa: E731
-    return Scored(scored.name, scored.catalog, pick(scored.queries), pick(scored.lexical), pick(scored.matched), pick(scored.cosines))
+    return Scored(
+        scored.name,
+        scored.catalog,
+        pick(scored.queries),
+        pick(scored.lexical),
+        pick(scored.matched),
+        pick(scored.cosines),
+    )
 
 
 def halves(sets: dict[str, Scored], floor: float, splits: int = 3) -> list[list[str]]:
@@ -198,34 +205,58 @@ def main() -> int:
     table(["weight", *SETS, "mean", "no set below lexical"], rows)
     print(f"chosen: w={chosen:.2f}; configured default {defaults.hybrid_weight}")
 
-    print(f"\nthe rule on unseen queries: weight chosen on a random half of every set, hit@{K} on the other half (floor {floor})")
+    print(
+        f"\nthe rule on unseen queries: weight chosen on a random half of every set, hit@{K} on the other half (floor {floor})"
+    )
     table(["split", "chosen weight", *SETS], halves(sets, floor))
 
     weight = defaults.hybrid_weight
-    print(f"\nfloor grid at w={weight} (-1: off; a tool joins hybrid results by a lexical match or a cosine at the floor)")
+    print(
+        f"\nfloor grid at w={weight} (-1: off; a tool joins hybrid results by a lexical match or a cosine at the floor)"
+    )
     table(["floor", *SETS, "mean"], [[f"{f:.2f}", *cells(weight, f)] for f in FLOORS])
 
     real = ToolCatalog.from_snapshot(CATALOGS)
     real_index = LexicalIndex(real.entries)
     real_tools = scorer.embed_tools({entry.name: entry_text(entry) for entry in real})
     tools = [entry.tool for entry in real]
-    print(f"\nthe floor on the {len(real)} real tools: best cosine of each request, and what hybrid returns at floor {floor}")
+    print(
+        f"\nthe floor on the {len(real)} real tools: best cosine of each request, and what hybrid returns at floor {floor}"
+    )
     rows = []
     for query, gold in [(q, None) for q in OFF_TOPIC] + PARAPHRASES:
         cosines = scorer.model.similarities(scorer.model.embed_query(query), real_tools)
         scores, candidates = real_index.scores(real_index.query_terms(query))
         mask = np.zeros(len(real), dtype=bool)
         mask[candidates] = True
-        top = LexicalIndex.top(blend(scores, cosines, weight).astype(np.float64), np.flatnonzero(admitted(mask, cosines, floor)), K)
+        top = LexicalIndex.top(
+            blend(scores, cosines, weight).astype(np.float64), np.flatnonzero(admitted(mask, cosines, floor)), K
+        )
         got = [tools[doc] for doc, _ in top]
-        verdict = "miss" if not got else ("found" if gold in got else ("-" if gold is None else "not in top 5")) if gold else "returned tools"
-        rows.append([query, gold or "(off-topic)", f"{cosines.max():.2f}", len(candidates), verdict, ", ".join(got[:3])])
+        verdict = (
+            "miss"
+            if not got
+            else ("found" if gold in got else ("-" if gold is None else "not in top 5"))
+            if gold
+            else "returned tools"
+        )
+        rows.append(
+            [query, gold or "(off-topic)", f"{cosines.max():.2f}", len(candidates), verdict, ", ".join(got[:3])]
+        )
     table(["request", "serving tool", "best cosine", "BM25 matches", "hybrid", "top 3"], rows)
 
     print(f"\nat the defaults (weight {weight}, floor {floor}), hit@{K} / MRR:")
     rows = []
     for name, scored in sets.items():
-        rows.append([name, *(f"{r.hit_at_k:.3f} / {r.mrr:.3f}" for r in (report(scored, None, floor), report(scored, 1.0, -1.0), report(scored, weight, floor)))])
+        rows.append(
+            [
+                name,
+                *(
+                    f"{r.hit_at_k:.3f} / {r.mrr:.3f}"
+                    for r in (report(scored, None, floor), report(scored, 1.0, -1.0), report(scored, weight, floor))
+                ),
+            ]
+        )
     table(["set", "engine BM25", "model alone", "hybrid"], rows)
     return 0
 

@@ -62,7 +62,9 @@ def session(catalog: ToolCatalog, settings: ToolSearchSettings) -> tuple[int, in
             hits = engine.search(query)
             result = {"query": query, "outcome": "hit" if hits else "miss", "hits": [hit.to_dict() for hit in hits]}
             call = {"name": "tool_search", "arguments": {"query": query}}
-            carried += count_tokens(compact_json(call), settings.tokenizer) + count_tokens(compact_json(result), settings.tokenizer)
+            carried += count_tokens(compact_json(call), settings.tokenizer) + count_tokens(
+                compact_json(result), settings.tokenizer
+            )
             names = [hit.name for hit in hits[:EXPAND_PER_SEARCH]]
             if names:
                 expanded = {"tools": engine.expand_tools(names)}
@@ -101,14 +103,30 @@ def main() -> int:
             per_spawn = plan.prompt_tokens / plan.full_tokens
             per_session = project_session / full_session
             checks = [
-                (f"per spawn at {len(catalog)} tools: {per_spawn:.2%} of the full catalog (<= 2%)", per_spawn <= TARGET_SHARE),
+                (
+                    f"per spawn at {len(catalog)} tools: {per_spawn:.2%} of the full catalog (<= 2%)",
+                    per_spawn <= TARGET_SHARE,
+                ),
                 (f"25-round session at {len(catalog)} tools: {per_session:.2%} (<= 2%)", per_session <= TARGET_SHARE),
             ]
             final = plan
-    print(f"settings: threshold_tokens {settings.threshold_tokens:,}, directory_budget_tokens "
-          f"{settings.directory_budget_tokens:,}, tokenizer {settings.tokenizer}\n")
+    print(
+        f"settings: threshold_tokens {settings.threshold_tokens:,}, directory_budget_tokens "
+        f"{settings.directory_budget_tokens:,}, tokenizer {settings.tokenizer}\n"
+    )
     table(
-        ["servers", "tools", "full/spawn", "mode", "directory", "sent/spawn", "share", "full/session", "sent/session", "share"],
+        [
+            "servers",
+            "tools",
+            "full/spawn",
+            "mode",
+            "directory",
+            "sent/spawn",
+            "share",
+            "full/session",
+            "sent/session",
+            "share",
+        ],
         rows,
     )
     print(f"\nreason at 590 tools: {final.reason}")

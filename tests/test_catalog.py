@@ -52,7 +52,9 @@ def test_a_file_mapping_servers_to_tools_is_a_snapshot(tmp_path: Path) -> None:
 
 def test_a_list_of_tools_carrying_their_server_is_a_snapshot(tmp_path: Path) -> None:
     path = tmp_path / "tools.json"
-    path.write_text(json.dumps([{"server": "time", **tool} for tool in TIME_TOOLS] + [{"server": "fetch", **FETCH_TOOLS[0]}]))
+    path.write_text(
+        json.dumps([{"server": "time", **tool} for tool in TIME_TOOLS] + [{"server": "fetch", **FETCH_TOOLS[0]}])
+    )
     catalog = ToolCatalog.from_snapshot(path)
     assert _names(catalog) == ["fetch__fetch", "time__convert_time", "time__get_current_time"]
     assert "server" not in catalog.get("fetch__fetch").definition()

@@ -66,7 +66,12 @@ CASES = [
     ("ok", ["eval", "{binary}", "--catalog", "{catalog}"], 1, "not UTF-8"),
     ("ok", ["tools", "list", "--catalog", "{deep_json}"], 1, "nested too deeply"),
     ("ok", ["tools", "expand", "nope__tool", "--catalog", "{catalog}"], 1, "unknown tool 'nope__tool'"),
-    ("ok", ["spawn", "--task", "x", "--agent", "ghost", "--dry-run", "--catalog", "{catalog}"], 2, "unknown agent profile 'ghost'"),
+    (
+        "ok",
+        ["spawn", "--task", "x", "--agent", "ghost", "--dry-run", "--catalog", "{catalog}"],
+        2,
+        "unknown agent profile 'ghost'",
+    ),
     ("ok", ["serve", "--agent", "ghost"], 2, "unknown agent profile 'ghost'"),
     ("ok", ["serve", "--host", "10.1.2.3", "--port", "0"], 2, "gateway.host"),
 ]

@@ -41,7 +41,12 @@ def test_tools_list_json_gives_every_tool(config: Path, snapshot: Path) -> None:
     assert code == 0
     rows = json.loads(out)
     assert len(rows) == 12
-    assert rows[0] == {"name": "db__run_query", "server": "db", "tool": "run_query", "summary": "Run a read-only statement"}
+    assert rows[0] == {
+        "name": "db__run_query",
+        "server": "db",
+        "tool": "run_query",
+        "summary": "Run a read-only statement",
+    }
 
 
 def test_tools_list_filters_by_server_for_people(config: Path, snapshot: Path) -> None:
@@ -76,7 +81,9 @@ def test_an_empty_query_is_one_error_line(config: Path, snapshot: Path) -> None:
 
 
 def test_tools_expand_json_prints_full_definitions(config: Path, snapshot: Path) -> None:
-    code, out, _ = run(config, "tools", "expand", "time__convert_time", "convert_time", "--catalog", str(snapshot), "--json")
+    code, out, _ = run(
+        config, "tools", "expand", "time__convert_time", "convert_time", "--catalog", str(snapshot), "--json"
+    )
     assert code == 0
     assert json.loads(out) == {
         "tools": [
@@ -107,7 +114,9 @@ def test_tools_plan_json_prints_the_plan(config: Path, snapshot: Path) -> None:
     code, out, _ = run(config, "tools", "plan", "--catalog", str(snapshot), "--json")
     assert code == 0
     plan = json.loads(out)
-    assert {"mode", "full_tokens", "prompt_tokens", "directory_level", "reason", "prompt", "tools", "pinned"} <= set(plan)
+    assert {"mode", "full_tokens", "prompt_tokens", "directory_level", "reason", "prompt", "tools", "pinned"} <= set(
+        plan
+    )
     assert (plan["mode"], plan["directory_level"], plan["prompt"]) == ("full", "none", "")
     assert plan["prompt_tokens"] == plan["full_tokens"] and len(plan["tools"]) == 12
 
@@ -126,7 +135,9 @@ def test_a_broken_snapshot_is_one_error_line(config: Path, tmp_path: Path) -> No
     assert err.startswith(f"error: {bad}: invalid JSON") and err.count("\n") == 1
 
 
-def test_eval_prints_the_metrics_and_a_miss_is_a_measurement_not_a_failure(config: Path, snapshot: Path, tmp_path: Path) -> None:
+def test_eval_prints_the_metrics_and_a_miss_is_a_measurement_not_a_failure(
+    config: Path, snapshot: Path, tmp_path: Path
+) -> None:
     queries = tmp_path / "queries.jsonl"
     lines = [
         {"id": "1", "query": "read a file", "gold": [["files", "read_file"]]},
@@ -136,7 +147,13 @@ def test_eval_prints_the_metrics_and_a_miss_is_a_measurement_not_a_failure(confi
     code, out, _ = run(config, "eval", str(queries), "--catalog", str(snapshot), "-k", "1", "--json")
     assert code == 0
     report = json.loads(out)
-    assert (report["queries"], report["k"], report["hit_at_1"], report["hit_at_k"], report["mrr"]) == (2, 1, 1.0, 1.0, 1.0)
+    assert (report["queries"], report["k"], report["hit_at_1"], report["hit_at_k"], report["mrr"]) == (
+        2,
+        1,
+        1.0,
+        1.0,
+        1.0,
+    )
     assert report["recall_at_k"] == 0.75 and report["ranking"] in ("lexical", "hybrid")
     queries.write_text(json.dumps({"query": "xylophone", "gold": [["files", "read_file"]]}) + "\n")
     code, out, _ = run(config, "eval", str(queries), "--catalog", str(snapshot), "--ranking", "lexical")

@@ -87,12 +87,24 @@ def test_config_path_comes_from_flag_then_env_then_cwd(tmp_path: Path, monkeypat
     ("text", "expected"),
     [
         (SERVER + "      bogus: 1\n", "mcp.servers.time.bogus: unknown key (line 6)"),
-        ("mcp:\n  tool_search:\n    threshold_tokens: lots\n", "mcp.tool_search.threshold_tokens: Input should be a valid integer"),
-        ("mcp:\n  tool_search:\n    threshold_tokens: -1\n", "mcp.tool_search.threshold_tokens: Input should be greater than or equal to 0"),
-        ("mcp:\n  servers:\n    time:\n      transport: stdio\n", "mcp.servers.time: transport stdio needs 'command' (line 3)"),
+        (
+            "mcp:\n  tool_search:\n    threshold_tokens: lots\n",
+            "mcp.tool_search.threshold_tokens: Input should be a valid integer",
+        ),
+        (
+            "mcp:\n  tool_search:\n    threshold_tokens: -1\n",
+            "mcp.tool_search.threshold_tokens: Input should be greater than or equal to 0",
+        ),
+        (
+            "mcp:\n  servers:\n    time:\n      transport: stdio\n",
+            "mcp.servers.time: transport stdio needs 'command' (line 3)",
+        ),
         ("mcp:\n  servers:\n    web:\n      transport: http\n", "mcp.servers.web: transport http needs 'url' (line 3)"),
         ("mcp:\n  servers:\n    web:\n      transport: sse\n", "mcp.servers.web: transport sse needs 'url' (line 3)"),
-        ("mcp:\n  servers:\n    web:\n      transport: carrier-pigeon\n      url: x\n", "mcp.servers.web.transport: Input should be 'stdio', 'http' or 'sse'"),
+        (
+            "mcp:\n  servers:\n    web:\n      transport: carrier-pigeon\n      url: x\n",
+            "mcp.servers.web.transport: Input should be 'stdio', 'http' or 'sse'",
+        ),
         ("telemetry:\n  exporter: graphite\n", "telemetry.exporter: Input should be"),
         ("mcp: [1, 2\n", "malformed YAML (line 2"),
         ("- just\n- a list\n", "the top level must be a mapping"),
@@ -153,7 +165,9 @@ mcp:
 
 def test_an_unset_var_is_an_error_at_its_key(tmp_path: Path) -> None:
     path = write(tmp_path, SERVER + "      env: {TOKEN: '${SURELY_NOT_SET_ANYWHERE}'}\n")
-    with pytest.raises(ConfigError, match=r"mcp\.servers\.time\.env: environment variable SURELY_NOT_SET_ANYWHERE is not set"):
+    with pytest.raises(
+        ConfigError, match=r"mcp\.servers\.time\.env: environment variable SURELY_NOT_SET_ANYWHERE is not set"
+    ):
         load_config(path)
 
 
@@ -199,7 +213,11 @@ def test_cli_config_show_prints_sources_as_json(tmp_path: Path, monkeypatch: pyt
     assert result.exit_code == 0, result.output
     payload = json.loads(result.output)
     by_key = {row["key"]: row for row in payload["values"]}
-    assert by_key["mcp.tool_search.search_limit"] == {"key": "mcp.tool_search.search_limit", "value": 3, "source": "env"}
+    assert by_key["mcp.tool_search.search_limit"] == {
+        "key": "mcp.tool_search.search_limit",
+        "value": 3,
+        "source": "env",
+    }
     assert by_key["mcp.servers.time.command"]["source"] == "file"
     assert by_key["mcp.tool_search.threshold_tokens"]["source"] == "default"
 

@@ -14,7 +14,9 @@ import orchestrator
 def test_all_exports_resolve_and_nothing_else_is_public() -> None:
     # A subpackage appears as an attribute once imported (`protocols`): internal by its docstring and test below.
     public = {
-        name for name in dir(orchestrator) if not name.startswith("_") and not isinstance(getattr(orchestrator, name), ModuleType)
+        name
+        for name in dir(orchestrator)
+        if not name.startswith("_") and not isinstance(getattr(orchestrator, name), ModuleType)
     }
     assert public == set(orchestrator.__all__), "exported names must be exactly __all__"
     assert orchestrator.__all__ == sorted(orchestrator.__all__)
@@ -26,7 +28,11 @@ def test_all_exports_resolve_and_nothing_else_is_public() -> None:
 
 
 def test_the_error_tree_is_exported_whole() -> None:
-    errors = [getattr(orchestrator, name) for name in orchestrator.__all__ if name.endswith(("Error", "Timeout", "Unavailable"))]
+    errors = [
+        getattr(orchestrator, name)
+        for name in orchestrator.__all__
+        if name.endswith(("Error", "Timeout", "Unavailable"))
+    ]
     assert all(issubclass(error, orchestrator.OrchestratorError) for error in errors)
     from orchestrator import _errors
 

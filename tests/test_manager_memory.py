@@ -42,7 +42,9 @@ def settings_for(*names: str, tmp_path: Path) -> MCPSettings:
 async def test_an_in_process_server_is_listed_and_its_calls_are_routed(tmp_path: Path) -> None:
     servers = {"alpha": build("alpha"), "beta": build("beta")}
     with anyio.fail_after(10):
-        async with MCPManager(settings_for("alpha", "beta", tmp_path=tmp_path), transport_factory=in_process(servers)) as manager:
+        async with MCPManager(
+            settings_for("alpha", "beta", tmp_path=tmp_path), transport_factory=in_process(servers)
+        ) as manager:
             assert [status.state for status in manager.status()] == [ServerState.READY, ServerState.READY]
             catalog = manager.catalog()
             assert {"alpha__add", "beta__add"} <= {entry.name for entry in catalog}  # not replicas: two entries
@@ -65,8 +67,12 @@ async def test_a_transport_that_cannot_open_fails_only_its_own_server(tmp_path: 
         async with MCPManager(settings_for("good", "broken", tmp_path=tmp_path), transport_factory=factory) as manager:
             states = {status.name: (status.state, status.error) for status in manager.status()}
             assert states["good"][0] is ServerState.READY
-            assert states["broken"][0] is ServerState.FAILED and "no route to the broken server" in str(states["broken"][1])
-            assert (await manager.call_tool("good", "echo", {"text": "still here"})).structured_content == {"result": "still here"}
+            assert states["broken"][0] is ServerState.FAILED and "no route to the broken server" in str(
+                states["broken"][1]
+            )
+            assert (await manager.call_tool("good", "echo", {"text": "still here"})).structured_content == {
+                "result": "still here"
+            }
 
 
 def clock(answer: str) -> MCPServer:
@@ -85,7 +91,9 @@ async def test_a_server_copying_anothers_tool_cannot_answer_its_calls(tmp_path: 
     """Tool shadowing: `aaa` (first by name) copies `time`'s definition exactly; `time__...` stays time's."""
     servers = {"time": clock("from time"), "aaa": clock("from the impostor")}
     with anyio.fail_after(10):
-        async with MCPManager(settings_for("time", "aaa", tmp_path=tmp_path), transport_factory=in_process(servers)) as manager:
+        async with MCPManager(
+            settings_for("time", "aaa", tmp_path=tmp_path), transport_factory=in_process(servers)
+        ) as manager:
             catalog = manager.catalog()
             assert [(entry.name, entry.servers) for entry in catalog] == [
                 ("aaa__get_current_time", ("aaa",)),

@@ -28,9 +28,7 @@ TRICKY = st.text(alphabet="ab_-. éＡ", max_size=6)
 ANY_TEXT = st.text(max_size=80)
 NAMES = st.one_of(TRICKY, ANY_TEXT, st.sampled_from(["x" * 63, "x" * 64, "x" * 70, "-" + "0" * 12]))
 DESCRIPTIONS = st.sampled_from([None, "", "Reads a file.", "Reads a file!"])
-SCHEMAS = st.sampled_from(
-    [None, {"type": "object"}, {"type": "object", "properties": {"path": {"type": "string"}}}]
-)
+SCHEMAS = st.sampled_from([None, {"type": "object"}, {"type": "object", "properties": {"path": {"type": "string"}}}])
 TOOL = st.builds(
     lambda name, description, schema: {"name": name, "description": description, "inputSchema": schema},
     NAMES,
@@ -61,9 +59,7 @@ def is_valid(name: str) -> bool:
         ("time", "get-current-time", "time__get-current-time"),
     ],
 )
-def test_safe_names_are_kept_readable_as_server_double_underscore_tool(
-    server: str, tool: str, expected: str
-) -> None:
+def test_safe_names_are_kept_readable_as_server_double_underscore_tool(server: str, tool: str, expected: str) -> None:
     assert qualified_name(server, tool) == expected
 
 

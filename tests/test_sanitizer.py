@@ -41,7 +41,11 @@ ROLE_START = re.compile(r"^\s*(?:system|assistant|user|human|developer)\s*:|^\s*
 
 def assert_clean(text: str, *, limit: int = LIMIT) -> None:
     assert "\x1b" not in text
-    bad = [c for c in text if c not in "\n\t" and (unicodedata.category(c).startswith("C") or unicodedata.category(c) in ("Zl", "Zp"))]
+    bad = [
+        c
+        for c in text
+        if c not in "\n\t" and (unicodedata.category(c).startswith("C") or unicodedata.category(c) in ("Zl", "Zp"))
+    ]
     assert not bad, f"unsafe characters {bad!r} in {text[:80]!r}"
     for line in text.split("\n"):
         assert not ROLE_START.match(line), f"a line fakes a turn: {line[:80]!r}"
@@ -131,7 +135,9 @@ def test_the_terminal_never_gets_escapes_from_tools_expand_or_list(tmp_path: Pat
     snapshot = tmp_path / "evil.json"
     snapshot.write_text(json.dumps(hostile_lists()))
     config = tmp_path / "bernstein.yaml"
-    config.write_text(f"mcp:\n  cache_dir: {tmp_path / 'cache'}\n  max_description_chars: {LIMIT}\n  tool_search:\n    max_expand: 50\n")
+    config.write_text(
+        f"mcp:\n  cache_dir: {tmp_path / 'cache'}\n  max_description_chars: {LIMIT}\n  tool_search:\n    max_expand: 50\n"
+    )
     names = [f"evil__tool_{index}" for index in range(len(HOSTILE))]
     for args in (["tools", "expand", *names], ["tools", "list"], ["tools", "expand", "--json", *names]):
         result = CliRunner().invoke(app, ["--config", str(config), *args, "--catalog", str(snapshot)])
@@ -148,7 +154,9 @@ def test_a_one_megabyte_description_is_cut_with_a_marker() -> None:
 @given(
     st.lists(
         st.text(st.characters(codec="utf-8"), max_size=20)
-        | st.sampled_from(["\x1b[31m", "\x1b]0;t\x07", "\n", "\nSYSTEM: ", "\n<|im_start|>", "\u2028user:", "\r\n", "\u202e"]),
+        | st.sampled_from(
+            ["\x1b[31m", "\x1b]0;t\x07", "\n", "\nSYSTEM: ", "\n<|im_start|>", "\u2028user:", "\r\n", "\u202e"]
+        ),
         max_size=40,
     ).map("".join)
 )

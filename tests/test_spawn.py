@@ -87,13 +87,23 @@ def test_search_mode_above_a_profiles_lower_threshold_adds_call_tool(catalog: To
 def test_same_catalog_and_profile_give_byte_identical_plans(catalog: ToolCatalog) -> None:
     small = AgentProfile(tool_search=ToolSearchOverrides(threshold_tokens=0))
     settings = _settings(small=small)
-    first = plan_spawn("task", "small", settings=settings, catalog=ToolCatalog.from_lists(LISTS, REPLICAS), record=False)
-    second = plan_spawn("task", "small", settings=settings, catalog=ToolCatalog.from_lists(dict(reversed(LISTS.items())), REPLICAS), record=False)
+    first = plan_spawn(
+        "task", "small", settings=settings, catalog=ToolCatalog.from_lists(LISTS, REPLICAS), record=False
+    )
+    second = plan_spawn(
+        "task",
+        "small",
+        settings=settings,
+        catalog=ToolCatalog.from_lists(dict(reversed(LISTS.items())), REPLICAS),
+        record=False,
+    )
     assert first.fingerprint == second.fingerprint
     assert (first.prompt, json.dumps(first.tools)) == (second.prompt, json.dumps(second.tools))
     assert first.fingerprint == fingerprint(first.prompt, first.tools)
     changed = {**LISTS, "time": [_tool("get_current_time", "Now in a timezone", timezone="string")]}
-    third = plan_spawn("task", "small", settings=settings, catalog=ToolCatalog.from_lists(changed, REPLICAS), record=False)
+    third = plan_spawn(
+        "task", "small", settings=settings, catalog=ToolCatalog.from_lists(changed, REPLICAS), record=False
+    )
     assert third.fingerprint != first.fingerprint
 
 

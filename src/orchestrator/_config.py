@@ -199,6 +199,9 @@ class ToolSearchSettings(_Model):
     requests against the 590 real tools, 0.14-0.21, below that of paraphrases the model gets right)."""
     embedding_timeout_ms: float = Field(250.0, gt=0)
     """A query embedding slower than this answers with the lexical ranking instead."""
+    group_equivalents: bool = True
+    """Fold the same tool offered by several servers (same name, near-identical description) into one hit
+    listing the others as `alternatives`, so they do not fill the results and hide other capabilities."""
     max_tools: int | None = Field(None, ge=1)
     """Most tool definitions one spawn is sent; a visible catalog with more goes to search mode whatever
     its tokens (OpenAI takes 128 tools per request). Unset: the limit of the profile's client (`codex`:
@@ -575,7 +578,7 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], yaml.Node | None]:
     try:
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built in: same result, faster
         root = yaml.compose(text, Loader=loader)  # nodes carry the line numbers error messages quote
-        data = yaml.load(text, Loader=loader)  # noqa: S506 (a safe loader)
+        data = yaml.load(text, Loader=loader)  # a safe loader (CSafeLoader or SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""

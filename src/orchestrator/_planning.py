@@ -186,7 +186,9 @@ def plan_tools(catalog: ToolCatalog, settings: ToolSearchSettings, counter: Toke
     Raises:
         TokenizerError: `settings.tokenizer` cannot be loaded.
     """
-    counter = counter if counter is not None and counter.encoding == settings.tokenizer else TokenCounter(settings.tokenizer)
+    counter = (
+        counter if counter is not None and counter.encoding == settings.tokenizer else TokenCounter(settings.tokenizer)
+    )
     full_tokens = sum(counter.entry(entry) for entry in catalog)
     pinned = [entry for entry in catalog if matches_any(entry.name, settings.pinned)]
     pinned_names = [entry.name for entry in pinned]

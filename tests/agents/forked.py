@@ -1,6 +1,6 @@
 """Run `agent.py ARGS...` as a child of the zygote (see zygote.py) and exit with its status. Stdlib only.
 
-    python tests/agents/forked.py SOCKET_PATH -- --config ... --out ...
+python tests/agents/forked.py SOCKET_PATH -- --config ... --out ...
 """
 
 from __future__ import annotations

@@ -32,7 +32,8 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[
             bool,
             typer.Option(
-                "--json", help="Print a JSON list of {name, transport, state, tools, error, circuit, next_retry_at, ...}."
+                "--json",
+                help="Print a JSON list of {name, transport, state, tools, error, circuit, next_retry_at, ...}.",
             ),
         ] = False,
     ) -> None:

@@ -36,6 +36,8 @@ CatalogOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
+
+
 class Ranking(StrEnum):
     lexical = "lexical"
     hybrid = "hybrid"
@@ -66,7 +68,9 @@ async def _live_catalog(settings: Settings, quiet: bool) -> ToolCatalog:
         async with MCPManager(settings) as manager:
             for status in manager.status():
                 if status.state is not ServerState.READY and status.state is not ServerState.STOPPED:
-                    err_console.print(f"warning: server {status.name!r} is {status.state}: {status.error}", markup=False)
+                    err_console.print(
+                        f"warning: server {status.name!r} is {status.state}: {status.error}", markup=False
+                    )
             return manager.catalog()
 
 
@@ -94,7 +98,9 @@ def register(app: typer.Typer) -> None:
     def search(
         ctx: typer.Context,
         query: Annotated[str, typer.Argument(help="What the tool should do, in a few words (or an exact name).")],
-        k: Annotated[int | None, typer.Option("-k", "--limit", min=1, help="Most hits (default: search_limit).")] = None,
+        k: Annotated[
+            int | None, typer.Option("-k", "--limit", min=1, help="Most hits (default: search_limit).")
+        ] = None,
         catalog: CatalogOption = None,
         ranking: RankingOption = None,
         as_json: JsonOption = False,
@@ -163,7 +169,9 @@ def register(app: typer.Typer) -> None:
             values = _parse_thresholds(thresholds) if thresholds is not None else list(SWEEP_THRESHOLDS)
             _print_sweep(plan_sweep(settings, load_catalog(settings, catalog, quiet=as_json), values), as_json)
             return
-        tool_plan = SpawnPlanner(settings).plan_tools(load_catalog(settings, catalog, quiet=as_json), settings.mcp.tool_search)
+        tool_plan = SpawnPlanner(settings).plan_tools(
+            load_catalog(settings, catalog, quiet=as_json), settings.mcp.tool_search
+        )
         if as_json:
             print_json(tool_plan.to_dict())
             return
@@ -172,7 +180,9 @@ def register(app: typer.Typer) -> None:
         console.print(f"full catalog: {tool_plan.full_tokens:,} tokens", markup=False)
         console.print(f"sent: {tool_plan.prompt_tokens:,} tokens ({saved:,} saved)", markup=False)
         console.print(f"directory: {tool_plan.directory_level}", markup=False)
-        console.print(f"tools sent: {len(tool_plan.tools)} ({', '.join(tool_plan.pinned) or 'none'} pinned)", markup=False)
+        console.print(
+            f"tools sent: {len(tool_plan.tools)} ({', '.join(tool_plan.pinned) or 'none'} pinned)", markup=False
+        )
         console.print(f"reason: {tool_plan.reason}", markup=False)
         if tool_plan.prompt:
             console.print("", markup=False)
@@ -184,7 +194,8 @@ def register(app: typer.Typer) -> None:
     def eval_(
         ctx: typer.Context,
         queries: Annotated[
-            Path, typer.Argument(help="JSON lines, each with query and gold: a list of (server, tool) pairs.", exists=True)
+            Path,
+            typer.Argument(help="JSON lines, each with query and gold: a list of (server, tool) pairs.", exists=True),
         ],
         catalog: CatalogOption = None,
         k: Annotated[int, typer.Option("-k", min=1, help="Cut-off for hit@k and recall@k.")] = 5,
@@ -313,5 +324,7 @@ def _print_definition(definition: dict[str, Any]) -> None:
         kind = prop.get("type", "any")
         flag = ", required" if name in required else ""
         about = f" - {prop['description']}" if isinstance(prop.get("description"), str) else ""
-        console.print(f"  {name} ({json.dumps(kind) if not isinstance(kind, str) else kind}{flag}){about}", markup=False)
+        console.print(
+            f"  {name} ({json.dumps(kind) if not isinstance(kind, str) else kind}{flag}){about}", markup=False
+        )
     console.print("", markup=False)

@@ -189,5 +189,3 @@ def _process_tracer_provider(resource: Resource) -> SDKTracerProvider:
                     "and only orchestrator's own spans reach telemetry.exporter"
                 )
         return _own_tracer_provider
-
-

@@ -207,8 +207,6 @@ class ToolCatalog:
         return ToolCatalog(entry for entry in self._entries if predicate(entry))
 
 
-
-
 # ---------------------------------------------------------------------- snapshots
 
 
