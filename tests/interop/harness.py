@@ -127,6 +127,7 @@ def running_gateway(config: Path, *args: str) -> Iterator[Gateway]:
         base_url = _read_banner(process, lines)
         drain = threading.Thread(target=_drain, args=(process, lines), daemon=True)
         drain.start()
+        _wait_until_servers_are_up(base_url, lines)
         yield Gateway(base_url, process, lines)
     finally:
         process.terminate()
@@ -154,6 +155,23 @@ def _read_banner(process: subprocess.Popen[str], lines: list[str]) -> str:
     raise RuntimeError(
         f"orchestrator serve printed no URL within {GATEWAY_START_TIMEOUT_S:g} s: {''.join(lines)[-2000:]}"
     )
+
+
+def _wait_until_servers_are_up(base_url: str, lines: list[str]) -> None:
+    """`serve` answers at once and announces servers as they come up; the scenarios want them all listed
+    first (a client that connects earlier gets the ready part and a list_changed later)."""
+    deadline = time.monotonic() + GATEWAY_START_TIMEOUT_S
+    request = urllib.request.Request(f"{base_url}/health", headers={"Authorization": f"Bearer {GATEWAY_TOKEN}"})
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(request, timeout=2) as response:  # noqa: S310 (loopback)
+                servers = json.loads(response.read()).get("servers", [])
+        except (OSError, ValueError):
+            servers = []
+        if servers and all(server.get("state") in ("ready", "degraded", "stopped") for server in servers):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"the gateway's servers were not up within {GATEWAY_START_TIMEOUT_S:g} s: {''.join(lines)[-2000:]}")
 
 
 def _drain(process: subprocess.Popen[str], lines: list[str]) -> None:
