@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP_DEMO := $(VENV)/.installed-demo
 STAMP_TEST := $(VENV)/.installed-test
 
-.PHONY: demo test install-demo install-test clean
+.PHONY: demo test check install-demo install-test install-outside clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,21 +16,31 @@ $(STAMP_DEMO): $(BIN)/python pyproject.toml
 	touch $@
 
 $(STAMP_TEST): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[test,demo,semantic]'
+	$(BIN)/python -m pip install --quiet -e '.[test,demo]'
 	touch $@
 
 install-demo: $(STAMP_DEMO)
 install-test: $(STAMP_TEST)
 
+# What the tests need from outside PyPI, installed when missing: promtool and prometheus (Debian's
+# package) check the shipped rules and dashboard against a real Prometheus; the pinned npm clients in
+# tests/interop (TypeScript SDK v1/v2, MCP Inspector CLI, Claude Code, Codex) drive the interop tests;
+# redis-server backs the replicated gateway tests.
+install-outside:
+	sh scripts/install-prometheus.sh
+	sh scripts/install-redis.sh
+	sh scripts/install-node-deps.sh
+
 demo: $(STAMP_DEMO)
 	$(BIN)/orchestrator --config bernstein.yaml demo
 
-# promtool and prometheus (Debian's package, installed when missing) check the shipped rules and
-# dashboard (tests/test_prometheus_rules.py, tests/test_prometheus_scrape.py); the pinned npm clients in
-# tests/interop (TypeScript SDK v1/v2, MCP Inspector CLI, Claude Code, Codex) drive the interop tests.
-test: $(STAMP_TEST)
-	sh scripts/install-prometheus.sh
-	sh scripts/install-node-deps.sh
+# Static checks, the same ones `make test` runs first: ruff (lint and format) and mypy over src/.
+check: $(STAMP_TEST)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
+
+test: check install-outside
 	$(BIN)/python -m pytest
 
 clean:

@@ -169,6 +169,36 @@ def test_an_off_topic_query_stays_a_miss_and_hybrid_pads_nothing(
     assert len(permissive.search(OFF_TOPIC, k=8)) == len(catalog)  # what the floor prevents
 
 
+class _Recording:
+    """The runtime's own blend, keeping the text each search hands it."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.queries = inner, []
+
+    def prepare(self, catalog: ToolCatalog) -> None:
+        self.inner.prepare(catalog)
+
+    def blend(self, query: str, lexical: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        self.queries.append(query)
+        return self.inner.blend(query, lexical, candidates)
+
+
+def test_a_long_request_is_answered_by_hybrid_embedding_only_a_few_steps(
+    loaded: EmbeddingRuntime, catalog: ToolCatalog, reader: InMemoryMetricReader, telemetry: Telemetry
+) -> None:
+    from orchestrator.protocols.mcp._search import LONG_QUERY_CHARS, MAX_EMBEDDED_STEPS
+
+    filler = "Our squad has been busy this quarter and everybody is tired. " * 12
+    text = f"{filler}First, {PARAPHRASE}. {filler}Then take a screenshot of the current page. {filler}"
+    assert len(text) > 2 * LONG_QUERY_CHARS
+    recording = _Recording(loaded.create_blend(PATIENT))
+    engine = ToolSearchEngine(catalog, PATIENT, blend=recording, telemetry=telemetry)
+    found = names(engine.search(text))
+    assert {"playwright__browser_navigate", "playwright__browser_take_screenshot"} <= set(found[:3])
+    assert len(recording.queries[0].splitlines()) <= MAX_EMBEDDED_STEPS
+    assert searches(reader) == {("hit", "hybrid", None): 1}
+
+
 def test_exact_names_still_come_first_under_hybrid(loaded: EmbeddingRuntime, catalog: ToolCatalog) -> None:
     engine = ToolSearchEngine(catalog, PATIENT, ranking="hybrid", embeddings=loaded)
     hits = engine.search("browser_navigate")

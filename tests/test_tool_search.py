@@ -10,23 +10,36 @@ import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from orchestrator import Telemetry
-from orchestrator._telemetry import SEARCH_INVOCATIONS
 from orchestrator._config import ToolSearchSettings
 from orchestrator._errors import ExpandError, SearchQueryError, ToolNotFoundError
+from orchestrator._telemetry import SEARCH_INVOCATIONS
 from orchestrator.protocols.mcp._catalog import ToolCatalog
 from orchestrator.protocols.mcp._evaluation import evaluate, load_queries
 from orchestrator.protocols.mcp._ranking import Analyzer, FieldWeights, LexicalIndex, split_words, tool_document
-from orchestrator.protocols.mcp._search import MAX_QUERY_CHARS, SearchHit, ToolSearchEngine
+from orchestrator.protocols.mcp._search import (
+    LONG_QUERY_CHARS,
+    MAX_QUERY_CHARS,
+    MAX_STEPS,
+    STEP_WORDS,
+    SearchHit,
+    ToolSearchEngine,
+    request_steps,
+)
 
 
 def tool(name: str, description: str, **properties: str) -> dict[str, Any]:
-    schema = {"type": "object", "properties": {key: {"type": "string", "description": text} for key, text in properties.items()}}
+    schema = {
+        "type": "object",
+        "properties": {key: {"type": "string", "description": text} for key, text in properties.items()},
+    }
     return {"name": name, "description": description, "inputSchema": schema}
 
 
 TOOLS = {
     "github": [
-        tool("create_issue", "Create a new issue in a GitHub repository", owner="Repository owner", title="Issue title"),
+        tool(
+            "create_issue", "Create a new issue in a GitHub repository", owner="Repository owner", title="Issue title"
+        ),
         tool("list_issues", "List issues in a GitHub repository", owner="Repository owner", state="open or closed"),
         tool("create_pull_request", "Open a pull request", head="Branch with the changes", base="Target branch"),
         tool("getUserProfile", "Show a person's public account page"),
@@ -112,8 +125,33 @@ def test_ties_are_broken_by_qualified_name() -> None:
     catalog = ToolCatalog.from_lists({"b": [same], "a": [dict(same, description="Look up a record.")]})
     engine = ToolSearchEngine(catalog, ranking="lexical")
     hits = engine.search("record")
-    assert [hit.score for hit in hits][0] == hits[1].score
+    assert hits[0].score == hits[1].score
     assert names(hits) == ["a__lookup", "b__lookup"]
+
+
+def test_the_same_tool_on_several_servers_is_one_hit_listing_the_others(shared_data: Path) -> None:
+    catalog = ToolCatalog.from_snapshot(shared_data / "catalogs")
+    query = "list the files in a directory and move a file"
+    plain = ToolSearchEngine(catalog, ToolSearchSettings(group_equivalents=False), ranking="lexical").search(query, 5)
+    pair = {"desktop-commander__move_file", "filesystem__move_file"}
+    assert pair <= set(names(plain))
+    hits = ToolSearchEngine(catalog, ToolSearchSettings(group_equivalents=True), ranking="lexical").search(query, 5)
+    tools = [hit.tool for hit in hits]
+    assert len(tools) == len(set(tools)) == 5  # one hit per capability, five capabilities
+    moving = next(hit for hit in hits if hit.tool == "move_file")
+    assert {moving.name, *moving.alternatives} == pair
+    assert moving.to_dict()["alternatives"] == list(moving.alternatives)
+    assert set(names(plain)) - pair < set(names(hits))  # the freed place holds another capability
+    assert "alternatives" not in next(hit for hit in hits if not hit.alternatives).to_dict()
+
+
+def test_same_named_tools_that_do_different_things_stay_apart(shared_data: Path) -> None:
+    catalog = ToolCatalog.from_snapshot(shared_data / "catalogs")
+    found = ToolSearchEngine(catalog, ToolSearchSettings(group_equivalents=True), ranking="lexical").search(
+        "create a branch", 8
+    )
+    assert "supabase__create_branch" in names(found)
+    assert all("supabase__create_branch" not in hit.alternatives for hit in found)
 
 
 def test_scores_equal_rank_bm25_get_scores_on_every_document(shared_data: Path) -> None:
@@ -205,7 +243,9 @@ def test_lexical_ranking_is_at_least_rank_bm25_on_requests_for_the_real_catalog(
 def test_lexical_ranking_meets_its_target_on_api_bank(shared_data: Path) -> None:
     folder = shared_data / "retrieval" / "api-bank"
     catalog = ToolCatalog.from_snapshot(folder / "tools.json")
-    report = evaluate(ToolSearchEngine(catalog, ranking="lexical").search, catalog, load_queries(folder / "queries.jsonl"))
+    report = evaluate(
+        ToolSearchEngine(catalog, ranking="lexical").search, catalog, load_queries(folder / "queries.jsonl")
+    )
     assert report.hit_at_k >= 0.78
 
 
@@ -240,6 +280,50 @@ def test_an_empty_or_overlong_query_is_an_error(engine: ToolSearchEngine, query:
 
 def test_a_query_of_exactly_the_limit_runs(engine: ToolSearchEngine) -> None:
     assert engine.search(("file " * MAX_QUERY_CHARS)[:MAX_QUERY_CHARS])
+
+
+def test_an_overlong_query_is_refused_in_one_line_naming_the_limit(engine: ToolSearchEngine) -> None:
+    with pytest.raises(SearchQueryError) as caught:
+        engine.search("read the file " * 1000)
+    message = str(caught.value)
+    assert "\n" not in message and "14,000 characters" in message and "8,000" in message
+
+
+FILLER = (
+    "Our team has been working on the checkout flow for several quarters and the architecture grew "
+    "organically, with services owned by different squads and shared context living in chat threads. "
+)
+STEPS = {
+    "Look up the Sentry issue details for the crash that started at 09:14.": "sentry__",
+    "Refund the customer's last Stripe payment intent for order 5531.": "stripe__create_refund",
+    "Post a summary of the incident as a new page in Notion under the postmortems database.": "notion__",
+    "Check the git log of the payments service for commits from yesterday.": "git__git_log",
+    "Convert 14:00 Berlin time to the timezone of the San Francisco office.": "time__convert_time",
+}
+
+
+def pasted_task() -> str:
+    """A task an agent pastes whole: five steps, each needing another server's tool, among context."""
+    text = "\n".join(FILLER * 2 + f"Step {i}: {step}" for i, step in enumerate(STEPS, 1))
+    return (text + " " + FILLER * 10)[:4000]
+
+
+def test_a_long_pasted_task_finds_the_tool_for_each_step(shared_data: Path) -> None:
+    catalog = ToolCatalog.from_snapshot(shared_data / "catalogs")
+    engine = ToolSearchEngine(catalog, ranking="lexical")
+    text = pasted_task()
+    assert len(text) == 4000 > LONG_QUERY_CHARS
+    found = names(engine.search(text))  # search_limit: 8
+    missing = [tool for tool in STEPS.values() if not any(name.startswith(tool) for name in found)]
+    assert missing == [], found
+
+
+def test_long_requests_are_split_into_bounded_steps() -> None:
+    steps = request_steps("Thanks. Create an issue; then list the commits!\nYes.\n" + "word " * 100)
+    assert steps[:2] == ["Create an issue;", "then list the commits!"]  # one-word fragments dropped
+    assert [len(step.split()) for step in steps[2:]] == [STEP_WORDS] * 4 + [100 - 4 * STEP_WORDS]
+    many = request_steps("read the file. " * 2000)  # 2,000 sentences
+    assert len(many) <= MAX_STEPS and sum(len(step.split()) for step in many) == 6000
 
 
 # --------------------------------------------------------------------------- expand

@@ -164,14 +164,16 @@ def _wait_until_servers_are_up(base_url: str, lines: list[str]) -> None:
     request = urllib.request.Request(f"{base_url}/health", headers={"Authorization": f"Bearer {GATEWAY_TOKEN}"})
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(request, timeout=2) as response:  # noqa: S310 (loopback)
+            with urllib.request.urlopen(request, timeout=2) as response:
                 servers = json.loads(response.read()).get("servers", [])
         except (OSError, ValueError):
             servers = []
         if servers and all(server.get("state") in ("ready", "degraded", "stopped") for server in servers):
             return
         time.sleep(0.1)
-    raise RuntimeError(f"the gateway's servers were not up within {GATEWAY_START_TIMEOUT_S:g} s: {''.join(lines)[-2000:]}")
+    raise RuntimeError(
+        f"the gateway's servers were not up within {GATEWAY_START_TIMEOUT_S:g} s: {''.join(lines)[-2000:]}"
+    )
 
 
 def _drain(process: subprocess.Popen[str], lines: list[str]) -> None:

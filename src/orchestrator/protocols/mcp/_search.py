@@ -25,7 +25,7 @@ from ..._config import ToolSearchSettings
 from ..._errors import ExpandError, SearchQueryError, SemanticUnavailable, ToolNotFoundError
 from ..._telemetry import FALLBACK_KINDS, Telemetry
 from ._catalog import ToolCatalog, ToolEntry
-from ._ranking import Analyzer, LexicalIndex
+from ._ranking import FORM_PREFIX, Analyzer, LexicalIndex
 
 if TYPE_CHECKING:
     from ._embedding import EmbeddingRuntime
@@ -60,8 +60,27 @@ MAX_EMBEDDED_STEPS = 5
 """Steps of a long request the hybrid blend embeds: the ones matching some tool best lexically. Each step of
 STEP_WORDS words costs about 7 ms of model time here (benchmarks/speed.py), so five keep a request of
 4,000 characters under 60 ms."""
+LONG_BLEND_SHARE = 0.25
+"""What the hybrid blend counts for in a long request's ranking (the rest is its step-by-step lexical score,
+normalised by its best): the model sees only MAX_EMBEDDED_STEPS steps, and filler sentences score
+moderate cosines with many tools."""
 SELECT_PREFIX = "select:"
 """`select:NAME[,NAME...]` returns exactly those tools, unranked (the convention Claude's tool search uses)."""
+GROUP_DEPTH_FACTOR = 3
+"""With equivalents folded, the ranking is read this many result lists deep to fill the results."""
+EQUIVALENT_OVERLAP = 0.55
+"""Share of the shorter description's words (idf-weighted) two same-named tools must share to count as one
+capability. On the 590 real tools it makes 29 pairs: github with its legacy npm server (16), either with
+gitlab (11), filesystem with desktop-commander (move_file, get_file_info); supabase's create_branch stays
+apart from github's and gitlab's; on StableToolBench folding at 0.55 or 0.70 left lexical hit@5 at 0.911 (0.910 unfolded). Plain
+word counts (no idf) folded sports and country APIs of one vendor ("baseball" / "rugby" team media) and cost
+StableToolBench 0.005 lexical hit@5."""
+EQUIVALENT_MIN_WORDS = 4
+"""Descriptions shorter than this (after stopwords) say too little to call two tools the same: on
+StableToolBench "Search airplane by name" and "Search Book by its name" share two of three words."""
+EQUIVALENT_WORDS = 60
+_IDF_FLOOR = 0.05
+"""Description terms compared (the opening, where a tool says what it does)."""
 SUGGESTIONS = 3
 """Closest names listed when expand_tools gets a name that does not exist."""
 _SUGGESTION_CUTOFF = 0.6
@@ -82,9 +101,21 @@ class SearchHit:
     tool: str
     summary: str
     score: float
+    alternatives: tuple[str, ...] = ()
+    """Qualified names of the same tool on other servers (same name, near-identical description), ranked
+    lower and folded into this hit so they do not crowd out other capabilities; any of them can be expanded."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "server": self.server, "tool": self.tool, "summary": self.summary, "score": self.score}
+        found: dict[str, Any] = {
+            "name": self.name,
+            "server": self.server,
+            "tool": self.tool,
+            "summary": self.summary,
+            "score": self.score,
+        }
+        if self.alternatives:
+            found["alternatives"] = list(self.alternatives)
+        return found
 
 
 class ScoreBlend(Protocol):
@@ -113,6 +144,8 @@ class _State:
 
     catalog: ToolCatalog
     index: LexicalIndex
+    twins: dict[int, frozenset[int]]
+    """Each tool's equivalents on other servers (`_equivalents`), for tools that have any."""
 
 
 class ToolSearchEngine:
@@ -146,9 +179,7 @@ class ToolSearchEngine:
     ) -> None:
         self._settings = settings or ToolSearchSettings()
         self.telemetry = telemetry if telemetry is not None else Telemetry()
-        self._source: Callable[[], ToolCatalog] = (
-            (lambda fixed=catalog: fixed) if isinstance(catalog, ToolCatalog) else catalog
-        )
+        self._source: Callable[[], ToolCatalog] = _constant(catalog) if isinstance(catalog, ToolCatalog) else catalog
         requested = ranking or self._settings.ranking
         if requested not in ("lexical", "hybrid", "auto"):
             raise ValueError(f"ranking must be lexical, hybrid or auto, not {requested!r}")
@@ -213,7 +244,8 @@ class ToolSearchEngine:
         with self._lock:
             state = self._state
             if state is None or state.catalog.version != catalog.version:
-                state = _State(catalog, LexicalIndex(catalog.entries, self._analyzer))
+                index = LexicalIndex(catalog.entries, self._analyzer)
+                state = _State(catalog, index, _equivalents(catalog.entries, index))
                 if self._blend is not None:
                     self._blend.prepare(catalog)
                 self._state = state
@@ -260,12 +292,27 @@ class ToolSearchEngine:
             return [_hit(entries[doc], 1.0) for doc in chosen[:limit]], "lexical", None
         exact = self._exact(state, query)
         scores, candidates, ranking, fallback = self._scores(state, query)
-        ranked = LexicalIndex.top(scores, candidates, limit + len(exact))
-        rest = [(doc, score) for doc, score in ranked if doc not in exact][: max(0, limit - len(exact))]
+        group = self._settings.group_equivalents and bool(state.twins)
+        depth = limit + len(exact) + (limit * GROUP_DEPTH_FACTOR if group else 0)
+        ranked = [(doc, score) for doc, score in LexicalIndex.top(scores, candidates, depth) if doc not in exact]
+        folded: dict[int, list[int]] = {doc: [] for doc in exact}
+        rest: list[tuple[int, float]] = []
+        for doc, score in ranked:
+            twins = state.twins.get(doc, frozenset()) if group else frozenset()
+            kept = next((other for other in folded if other in twins), None)
+            if kept is not None:
+                folded[kept].append(doc)
+            elif len(folded) < limit:
+                folded[doc] = []
+                rest.append((doc, score))
         best = max((score for _doc, score in rest), default=0.0)
         # Exact matches outrank everything, and their score says so without leaving JSON's number range.
         first = [_hit(entries[doc], float(max(best, 0.0) + 1.0)) for doc in exact[:limit]]
-        return first + [_hit(entries[doc], score) for doc, score in rest], ranking, fallback
+        return (
+            first + [_hit(entries[doc], score, [entries[twin].name for twin in folded[doc]]) for doc, score in rest],
+            ranking,
+            fallback,
+        )
 
     @staticmethod
     def _exact(state: _State, name: str) -> list[int]:
@@ -296,6 +343,11 @@ class ToolSearchEngine:
                 self._blend_failure_logged = True
                 log.warning("hybrid ranking failed; answering with lexical ranking", exc_info=True)
             return scores, candidates, "lexical", "blend_failed"
+        if focus is not query:
+            # A long request: the model saw only its best steps, so its opinion counts less here.
+            top = float(scores[candidates].max()) if candidates.size else 0.0
+            lexical = np.maximum(scores, 0.0) / top if top > 0 else np.zeros_like(scores)
+            blended = (1.0 - LONG_BLEND_SHARE) * lexical + LONG_BLEND_SHARE * blended
         return blended, admitted, "hybrid", None
 
     # ------------------------------------------------------------------ expand
@@ -340,7 +392,9 @@ class ToolSearchEngine:
     def _closest(self, state: _State, name: str) -> list[str]:
         """Known names nearest to `name`: by spelling, else by what its words are about."""
         entries = state.catalog.entries
-        by_spelling = difflib.get_close_matches(name, [entry.name for entry in entries], SUGGESTIONS, _SUGGESTION_CUTOFF)
+        by_spelling = difflib.get_close_matches(
+            name, [entry.name for entry in entries], SUGGESTIONS, _SUGGESTION_CUTOFF
+        )
         bare = difflib.get_close_matches(name, [entry.tool for entry in entries], SUGGESTIONS, _SUGGESTION_CUTOFF)
         suggestions = list(dict.fromkeys([*by_spelling, *(entries[self._exact(state, tool)[0]].name for tool in bare)]))
         if not suggestions:
@@ -397,8 +451,65 @@ def _long_scores(index: LexicalIndex, query: str) -> tuple[np.ndarray, np.ndarra
     return scores, np.flatnonzero(matched), "\n".join(steps[i] for i in chosen)
 
 
-def _hit(entry: ToolEntry, score: float) -> SearchHit:
-    return SearchHit(entry.name, entry.server, entry.tool, entry.summary, score)
+def _constant(catalog: ToolCatalog) -> Callable[[], ToolCatalog]:
+    """A catalog source that always gives `catalog` (a fixed catalog never re-indexes)."""
+
+    def source() -> ToolCatalog:
+        return catalog
+
+    return source
+
+
+def _hit(entry: ToolEntry, score: float, alternatives: Sequence[str] = ()) -> SearchHit:
+    return SearchHit(entry.name, entry.server, entry.tool, entry.summary, score, tuple(alternatives))
+
+
+def _equivalents(entries: Sequence[ToolEntry], index: LexicalIndex) -> dict[int, frozenset[int]]:
+    """Tools offered by several servers: same tool name on another server, and descriptions that share at
+    least EQUIVALENT_OVERLAP of the shorter one's words (with or without parameter names), each word
+    weighted by its idf in the catalog, so generic words ("get", "list", "specific") count little and the
+    words that set two tools apart ("baseball" against "rugby") count most.
+
+    Pairs, not groups: a hit folds only the lower-ranked tools equivalent to itself.
+    """
+    idf: dict[str, float] = dict(index.bm25.idf) if index.bm25 is not None else {}
+    by_name: dict[str, list[int]] = {}
+    for doc, entry in enumerate(entries):
+        by_name.setdefault(entry.tool.lower(), []).append(doc)
+    twins: dict[int, set[int]] = {}
+    for docs in by_name.values():
+        if len(docs) < 2:
+            continue
+        words = {doc: _description_words(entries[doc], index.analyzer) for doc in docs}
+        for i, a in enumerate(docs):
+            for b in docs[i + 1 :]:
+                if entries[a].server != entries[b].server and any(
+                    _overlap(x, y, idf) >= EQUIVALENT_OVERLAP for x, y in zip(words[a], words[b], strict=True)
+                ):
+                    twins.setdefault(a, set()).add(b)
+                    twins.setdefault(b, set()).add(a)
+    return {doc: frozenset(found) for doc, found in twins.items()}
+
+
+def _description_words(entry: ToolEntry, analyzer: Analyzer) -> tuple[set[str], set[str]]:
+    """A tool's description terms, alone and with its parameter names (stems only, no exact forms)."""
+    properties = entry.input_schema.get("properties") if isinstance(entry.input_schema, dict) else None
+    names = " ".join(map(str, properties)) if isinstance(properties, dict) else ""
+    description = entry.description or ""
+    return tuple(  # type: ignore[return-value]
+        {term for term in analyzer.terms(text)[:EQUIVALENT_WORDS] if not term.startswith(FORM_PREFIX)}
+        for text in (description, f"{description} {names}")
+    )
+
+
+def _overlap(a: set[str], b: set[str], idf: dict[str, float]) -> float:
+    """idf-weighted share of the shorter word set found in the other; 0 when a set is too short to say
+    (EQUIVALENT_MIN_WORDS). BM25Okapi's idf can be 0 or negative for words in most tools: floored."""
+    if min(len(a), len(b)) < EQUIVALENT_MIN_WORDS:
+        return 0.0
+    top = max(idf.values(), default=1.0)
+    weight = lambda term: max(idf.get(term, top), _IDF_FLOOR)  # noqa: E731
+    return sum(map(weight, a & b)) / min(sum(map(weight, a)), sum(map(weight, b)))
 
 
 def _find_blend(

@@ -1,0 +1,78 @@
+"""Leave-one-set-out check of the hybrid defaults (`hybrid_weight`, `semantic_floor`) on all four sets.
+
+    .venv/bin/python benchmarks/hybrid_cv.py [--cache DIR]
+
+Each set (stabletoolbench, api-bank, metatool, mcp-catalogs) is scored once as `semantic_probe.py` scores it
+(the engine's BM25, the engine's tool texts and sentence vectors, exactly the engine's blend and floor);
+then, for each set held out, the weight and floor are chosen on the other three and measured on it. Two
+choice rules: the best mean of hit@1 and hit@5 over the three, and the best worst-set gain in hit@5 over
+lexical (the rule that keeps every set at least where lexical is). The grid around the defaults is printed
+too, so a choice can be checked against every set's current figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import platformdirs
+
+from _common import table
+from orchestrator._config import ToolSearchSettings
+from orchestrator.protocols.mcp._embedding.model import SemanticScorer
+from orchestrator.protocols.mcp._embedding.vectors import ToolVectors
+from semantic_probe import Scored, report, score_set
+
+SETS = ("stabletoolbench", "api-bank", "metatool", "mcp-catalogs")
+WEIGHTS = [round(w, 2) for w in np.arange(0.35, 0.8001, 0.05)]
+FLOORS = [0.15, 0.2, 0.25, 0.3, 0.35]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cache", type=Path, default=Path(platformdirs.user_cache_dir("orchestrator")) / "probe")
+    args = parser.parse_args()
+    scorer = ToolVectors(SemanticScorer.load(), args.cache)
+    sets: dict[str, Scored] = {name: score_set(name, scorer, False) for name in SETS}
+    lexical = {name: report(scored, None, 0.25) for name, scored in sets.items()}
+    grid: dict[tuple[float, float], dict[str, tuple[float, float]]] = {}
+    for weight in WEIGHTS:
+        for floor in FLOORS:
+            grid[(weight, floor)] = {
+                name: (r.hit_at_1, r.hit_at_k) for name, r in ((n, report(s, weight, floor)) for n, s in sets.items())
+            }
+    defaults = ToolSearchSettings()
+    rows = []
+    for (weight, floor), found in grid.items():
+        mark = " (default)" if (weight, floor) == (defaults.hybrid_weight, defaults.semantic_floor) else ""
+        rows.append(
+            [f"w {weight:.2f} floor {floor:.2f}{mark}", *(f"{found[n][0]:.3f} / {found[n][1]:.3f}" for n in SETS)]
+        )
+    rows.append(["lexical", *(f"{lexical[n].hit_at_1:.3f} / {lexical[n].hit_at_k:.3f}" for n in SETS)])
+    print("Grid (hit@1 / hit@5)")
+    table(["setting", *SETS], rows)
+
+    def mean_rule(found: dict[str, tuple[float, float]], names: list[str]) -> float:
+        return float(np.mean([(found[n][0] + found[n][1]) / 2 for n in names]))
+
+    def worst_gain(found: dict[str, tuple[float, float]], names: list[str]) -> float:
+        return min(found[n][1] - lexical[n].hit_at_k for n in names)
+
+    rows = []
+    for rule_name, rule in (("mean of hit@1 and hit@5", mean_rule), ("worst-set hit@5 gain over lexical", worst_gain)):
+        for held in SETS:
+            train = [n for n in SETS if n != held]
+            weight, floor = max(grid, key=lambda key: (round(rule(grid[key], train), 4), -abs(key[0] - 0.55)))
+            h1, h5 = grid[(weight, floor)][held]
+            d1, d5 = grid[(defaults.hybrid_weight, defaults.semantic_floor)][held]
+            rows.append(
+                [rule_name, held, f"{weight:.2f} / {floor:.2f}", f"{h1:.3f} / {h5:.3f}", f"{d1:.3f} / {d5:.3f}"]
+            )
+    print("\nLeave one set out (chosen on the other three, measured on the held-out set; hit@1 / hit@5)")
+    table(["rule", "held out", "chosen w / floor", "held-out figures", "defaults on it"], rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
