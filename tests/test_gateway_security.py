@@ -75,7 +75,10 @@ def security_settings(cache_dir: Path, **gateway: Any) -> Settings:
         ),
         "searcher": AgentProfile(tool_search=ToolSearchOverrides(threshold_tokens=0)),
     }
-    return Settings(mcp={"servers": servers, "cache_dir": cache_dir}, agents=agents, gateway=GatewaySettings(**gateway))
+    # Lexical ranking: these tests are about who may see and call what, not about ranking, and loading and
+    # warming the embedding model competes for the CPU with the gateway under test.
+    mcp = {"servers": servers, "cache_dir": cache_dir, "tool_search": {"ranking": "lexical"}}
+    return Settings(mcp=mcp, agents=agents, gateway=GatewaySettings(**gateway))
 
 
 @pytest.fixture(scope="module")
@@ -326,7 +329,7 @@ async def test_open_spawns_are_capped_and_a_closed_one_frees_its_place(manager: 
 
 
 async def test_a_spawn_credential_expires_and_its_spawn_is_dropped(manager: MCPManager, tmp_path: Path) -> None:
-    settings = security_settings(tmp_path / "cache", spawn_ttl_s=1)
+    settings = security_settings(tmp_path / "cache", spawn_ttl_s=3)  # long enough to connect under load
     credentials = Credentials.from_settings(settings)
     credentials.leeway_s = 0  # the replicas' clock allowance would keep it alive 5 s longer
     gateway = Gateway(settings, manager, credentials=credentials)
