@@ -20,7 +20,6 @@ import contextlib
 import json
 import math
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._errors import ConfigError, OrchestratorError
+from .protocols.mcp._cache import atomic_write
 
 if TYPE_CHECKING:
     from ._config import Settings
@@ -198,18 +198,7 @@ class FileStore:
         expires = _expiry(ttl_s)
         payload = json.dumps({"key": key, "expires": expires, "value": value}).encode("utf-8")
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(payload)
-                if expires is None:  # lasting records survive a crash; expiring ones need not
-                    handle.flush()
-                    os.fsync(handle.fileno())
-            os.replace(temp_name, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temp_name)
-            raise
+        atomic_write(path, payload, durable=expires is None)  # expiring records need not survive a crash
 
     def delete(self, key: str) -> None:
         path = self._path(key)

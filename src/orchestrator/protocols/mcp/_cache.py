@@ -155,12 +155,13 @@ def _slug(name: str) -> str:
     return _SLUG_UNSAFE.sub("_", name)[:_SLUG_MAX] or "_"
 
 
-def atomic_write(path: Path, data: bytes | str) -> None:
+def atomic_write(path: Path, data: bytes | str, *, durable: bool = True) -> None:
     """Write `data` (bytes, or text as UTF-8) to `path` through a temporary file in the same folder, an
     fsync and a rename: readers see the old file or the new one, never half of it, even after a crash.
 
-    The one atomic write of every cache (tool lists, task histories, tool vectors). The temporary file
-    (`.<name>.<random>.tmp`) is removed when anything fails.
+    The one atomic write of every cache and store (tool lists, task histories, tool vectors, gateway
+    state). `durable=False` skips the fsync (still atomic for readers): for records that expire anyway,
+    where a crash may lose them. The temporary file (`.<name>.<random>.tmp`) is removed when anything fails.
 
     Raises:
         OSError: the folder or file cannot be written.
@@ -170,8 +171,9 @@ def atomic_write(path: Path, data: bytes | str) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(temp_name, path)
     except BaseException:
         with contextlib.suppress(OSError):
