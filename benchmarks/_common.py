@@ -86,6 +86,21 @@ def replicated_lists(size: int) -> dict[str, list[dict[str, Any]]]:
     return lists
 
 
+def fallbacks(reader: Any, name: str) -> dict[str, int]:
+    """Searches answered lexically, by fallback kind, from the search counter `name` in an InMemoryMetricReader."""
+    found: dict[str, int] = {}
+    data = reader.get_metrics_data()
+    for resource in data.resource_metrics if data else []:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name == name:
+                    for point in metric.data.data_points:
+                        kind = dict(point.attributes or {}).get("fallback")
+                        if kind and point.value:
+                            found[str(kind)] = found.get(str(kind), 0) + int(point.value)
+    return found
+
+
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from _common import CATALOGS, DEV_SETS, RETRIEVAL, SETS, anchor_rankers, report_targets, table
+from _common import CATALOGS, DEV_SETS, RETRIEVAL, SETS, anchor_rankers, fallbacks, report_targets, table
 from orchestrator import EmbeddingRuntime, Settings, Telemetry, ToolCatalog, ToolSearchEngine, ToolSearchSettings
 from orchestrator._errors import SearchQueryError
 from orchestrator.protocols.mcp import _ranking as ranking
@@ -143,21 +143,6 @@ class Hybrid:
 
     def close(self) -> None:
         self.runtime.close()
-
-
-def fallbacks(reader: Any, name: str) -> dict[str, int]:
-    """Searches answered lexically, by fallback kind, from the engine's search counter."""
-    found: dict[str, int] = {}
-    data = reader.get_metrics_data()
-    for resource in data.resource_metrics if data else []:
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                if metric.name == name:
-                    for point in metric.data.data_points:
-                        kind = dict(point.attributes or {}).get("fallback")
-                        if kind and point.value:
-                            found[str(kind)] = found.get(str(kind), 0) + int(point.value)
-    return found
 
 
 # --------------------------------------------------------------------------- the anchors

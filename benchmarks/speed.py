@@ -46,7 +46,18 @@ import time
 
 import numpy as np
 
-from _common import CATALOGS, RETRIEVAL, SETS, median, percentile, replicated_lists, report_targets, same_scores, table
+from _common import (
+    CATALOGS,
+    RETRIEVAL,
+    SETS,
+    fallbacks,
+    median,
+    percentile,
+    replicated_lists,
+    report_targets,
+    same_scores,
+    table,
+)
 from orchestrator import Settings, SpawnPlanner, ToolCatalog, ToolSearchEngine, ToolSearchSettings
 from orchestrator.protocols.mcp._evaluation import load_queries
 from orchestrator.protocols.mcp._search import LONG_QUERY_CHARS
@@ -304,7 +315,7 @@ def hybrid_speed(texts: list[str]) -> list[tuple[str, bool]]:
         f"long requests ({len(long_texts)}, {min(map(len, long_texts)):,}-{max(map(len, long_texts)):,} characters) "
         f"at {len(catalog):,} tools, hybrid: p50 {long_p50:.1f} ms, p90 {percentile(long_times, 0.9) * 1000:.1f} ms"
     )
-    fallbacks = _fallbacks(reader, SEARCH_INVOCATIONS)
+    lexical_answers = fallbacks(reader, SEARCH_INVOCATIONS)
     provider.shutdown()
     embeddings.close()
     hybrid_p50 = median(ours) * 1000
@@ -327,7 +338,7 @@ def hybrid_speed(texts: list[str]) -> list[tuple[str, bool]]:
             ],
         ],
     )
-    print(f"searches answered lexically (fallback kind: count): {fallbacks or 'none'}")
+    print(f"searches answered lexically (fallback kind: count): {lexical_answers or 'none'}")
     return [
         (
             f"hybrid query p50 at {len(catalog):,} tools {hybrid_p50:.1f} ms <= {TARGET_HYBRID_P50_MS:.0f} ms",
@@ -346,20 +357,6 @@ def hybrid_speed(texts: list[str]) -> list[tuple[str, bool]]:
             cache_ms <= TARGET_CACHE_MS,
         ),
     ]
-
-
-def _fallbacks(reader: object, name: str) -> dict[str, int]:
-    data = reader.get_metrics_data()  # type: ignore[attr-defined]
-    found: dict[str, int] = {}
-    for resource in data.resource_metrics if data else []:
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                if metric.name == name:
-                    for point in metric.data.data_points:
-                        kind = dict(point.attributes or {}).get("fallback")
-                        if kind and point.value:
-                            found[str(kind)] = found.get(str(kind), 0) + int(point.value)
-    return found
 
 
 if __name__ == "__main__":
