@@ -27,8 +27,8 @@ install-test: $(STAMP_TEST)
 # tests/interop (TypeScript SDK v1/v2, MCP Inspector CLI, Claude Code, Codex) drive the interop tests;
 # redis-server backs the replicated gateway tests.
 install-outside:
-	sh scripts/install-prometheus.sh
-	sh scripts/install-redis.sh
+	sh scripts/install-debian-package.sh prometheus prometheus promtool
+	sh scripts/install-debian-package.sh redis-server redis-server
 	sh scripts/install-node-deps.sh
 
 demo: $(STAMP_DEMO)

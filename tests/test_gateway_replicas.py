@@ -3,7 +3,7 @@ other's spawns, with a client whose every request goes to the other one (as behi
 
 Twice: replicas on one machine sharing the file store (one cache folder), and replicas sharing only a
 Redis (Debian's redis-server, started here on a free port in a temporary folder; skipped, saying why,
-when it is not installed: scripts/install-redis.sh installs it). Also the store interface itself, over
+when it is not installed: scripts/install-debian-package.sh installs it). Also the store interface itself, over
 files, memory and Redis.
 """
 
@@ -210,7 +210,9 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Debian's redis-server on a free port with a temporary folder and no persistence, for this module."""
     executable = shutil.which("redis-server")
     if executable is None:
-        pytest.skip("redis-server is not installed (sh scripts/install-redis.sh installs Debian's package)")
+        pytest.skip(
+            "redis-server is not installed (sh scripts/install-debian-package.sh redis-server redis-server installs Debian's package)"
+        )
     import redis
 
     folder = tmp_path_factory.mktemp("redis")

@@ -1,6 +1,6 @@
 """The shipped Prometheus rules and Grafana dashboard: promtool checks, promtool unit tests, dashboard shape.
 
-`make test` installs promtool first (scripts/install-prometheus.sh); the promtool tests skip, saying so,
+`make test` installs promtool first (scripts/install-debian-package.sh); the promtool tests skip, saying so,
 only where it is absent. tests/test_prometheus_scrape.py runs the same expressions on a real Prometheus.
 """
 
@@ -36,7 +36,8 @@ _METRIC_NAME = re.compile(r"(?<![\w:])((?:mcp|orchestrator)_[a-z0-9_]+)(?![\w:])
 _HISTOGRAM_SUFFIX = re.compile(r"_(bucket|sum|count)$")
 
 needs_promtool = pytest.mark.skipif(
-    PROMTOOL is None, reason="promtool not on PATH: run scripts/install-prometheus.sh (make test does)"
+    PROMTOOL is None,
+    reason="promtool not on PATH: run `sh scripts/install-debian-package.sh prometheus prometheus promtool` (make test does)",
 )
 
 

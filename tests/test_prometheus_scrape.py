@@ -60,7 +60,8 @@ ORCHESTRATOR = str(Path(sys.executable).with_name("orchestrator"))
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
-        PROMETHEUS is None, reason="prometheus not on PATH: run scripts/install-prometheus.sh (make test does)"
+        PROMETHEUS is None,
+        reason="prometheus not on PATH: run `sh scripts/install-debian-package.sh prometheus prometheus promtool` (make test does)",
     ),
 ]
 
