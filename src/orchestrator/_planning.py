@@ -25,7 +25,7 @@ import fnmatch
 import hashlib
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from ._clients import client_kind, client_rules
@@ -163,16 +163,7 @@ class ToolPlan:
 
     def copy(self) -> ToolPlan:
         """Fresh lists, so a caller that edits its plan cannot change a cached one."""
-        return ToolPlan(
-            mode=self.mode,
-            full_tokens=self.full_tokens,
-            prompt_tokens=self.prompt_tokens,
-            reason=self.reason,
-            directory_level=self.directory_level,
-            prompt=self.prompt,
-            tools=[dict(tool) for tool in self.tools],
-            pinned=list(self.pinned),
-        )
+        return replace(self, tools=[dict(tool) for tool in self.tools], pinned=list(self.pinned))
 
 
 def plan_tools(catalog: ToolCatalog, settings: ToolSearchSettings, counter: TokenCounter | None = None) -> ToolPlan:
