@@ -38,33 +38,20 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _no_stray_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """`Settings()` reads `$BERNSTEIN_CONFIG`, else `./bernstein.yaml` (the repository's, when pytest runs
-    from the root): point it at an empty file so a test's settings are only what the test says."""
+def _hermetic_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Tests read and write only what they say, for the whole session:
+
+    - `Settings()` reads `$BERNSTEIN_CONFIG`, else `./bernstein.yaml` (the repository's, when pytest runs
+      from the root): it points at an empty file;
+    - the user cache dir (`XDG_CACHE_HOME` on Linux: the default cache root of tool lists, task histories
+      and tool vectors) is a temporary folder. Tests that rank with hybrid build their `EmbeddingRuntime`.
+    """
     empty = tmp_path_factory.mktemp("config") / "empty.yaml"
     empty.write_text("", encoding="utf-8")
-    previous = os.environ.get("BERNSTEIN_CONFIG")
-    os.environ["BERNSTEIN_CONFIG"] = str(empty)
-    yield
-    if previous is None:
-        os.environ.pop("BERNSTEIN_CONFIG", None)
-    else:
-        os.environ["BERNSTEIN_CONFIG"] = previous
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Nothing the tests run writes to the user's cache: the user cache dir (`XDG_CACHE_HOME` on Linux,
-    the default cache root of tool lists, task histories and tool vectors) is a temporary folder for the
-    session. Tests that rank with hybrid build their `EmbeddingRuntime` and pass it in."""
-    name = "XDG_CACHE_HOME"
-    previous = os.environ.get(name)
-    os.environ[name] = str(tmp_path_factory.mktemp("user-cache"))
-    yield
-    if previous is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = previous
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BERNSTEIN_CONFIG", str(empty))
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("user-cache")))
+        yield
 
 
 @pytest.fixture
