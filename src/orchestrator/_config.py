@@ -579,9 +579,14 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], yaml.Node | None]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read config file: {_one_line(str(exc))}") from None
     try:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built in: same result, faster
-        root = yaml.compose(text, Loader=loader)  # nodes carry the line numbers error messages quote
-        data = yaml.load(text, Loader=loader)  # a safe loader (CSafeLoader or SafeLoader)
+        # One parse: the node tree (its marks give the line numbers error messages quote), then the data
+        # built from it. A safe loader, libyaml's when built in (same result, faster).
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+        try:
+            root = loader.get_single_node()
+            data = loader.construct_document(root) if root is not None else None
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
