@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator import Settings
+from orchestrator import Settings, TaskHistory
 from orchestrator._cli import app
 from orchestrator._config import effective_values, load_config, load_settings
 from orchestrator._errors import ConfigError
@@ -254,7 +254,8 @@ def test_one_cache_root_holds_tool_lists_task_histories_and_vectors(tmp_path: Pa
     root = tmp_path / "cache"
     assert settings.mcp.cache_root() == root
     assert settings.mcp.tool_cache_dir() == root / "tools"
-    assert settings.mcp.task_history_dir() == root / "tasks"
+    TaskHistory.from_settings(settings).record("t1", ["time__get_current_time"])
+    assert [path.name for path in (root / "tasks").iterdir()] == ["t1.json"]  # the store's `tasks` records
     assert settings.mcp.embedding_cache_dir() == root / "embeddings"
     moved = Settings(mcp={"cache_dir": str(root), "embedding": {"cache_dir": str(tmp_path / "vectors")}})
     assert moved.mcp.embedding_cache_dir() == tmp_path / "vectors"

@@ -270,9 +270,6 @@ class MCPSettings(_Model):
     def tool_cache_dir(self) -> Path:
         return self.cache_root() / "tools"
 
-    def task_history_dir(self) -> Path:
-        return self.cache_root() / "tasks"
-
     def embedding_cache_dir(self) -> Path:
         if self.embedding.cache_dir is not None:
             return Path(self.embedding.cache_dir).expanduser()
