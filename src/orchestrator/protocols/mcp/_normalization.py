@@ -150,7 +150,7 @@ def sanitize_text(text: object, limit: int = DESCRIPTION_LIMIT) -> str:
     become newlines and other odd whitespace a space (spaces, tabs and indentation stay); a line that could fake a role turn, a chat-template
     token or a prompt section (`SYSTEM:`, `### `, `<|im_start|>`, `[INST]`, `---`) is joined to the line
     before it (heading marks dropped), so it reads as text inside the description, or quoted (`> `) when
-    it is the first line; blank-line runs shrink to two; the result is cut at `limit` characters (at a
+    it is the first line or the joined line would still read as one; blank-line runs shrink to two; the result is cut at `limit` characters (at a
     word boundary) with a marker saying how much was left out. Pure; idempotent below the limit.
     """
     if text is None or limit <= 0:
@@ -174,10 +174,9 @@ def sanitize_text(text: object, limit: int = DESCRIPTION_LIMIT) -> str:
             line = line.strip().lstrip("#").strip()  # a heading keeps its words, not its marks
             while lines and not lines[-1].strip():
                 lines.pop()
-            if lines:
-                lines[-1] = f"{lines[-1].rstrip()} {line}"
-                continue
-            if _fakes_a_turn(line, fenced):  # nothing to join it to: quoted, so it reads as text
+            if lines:  # joined to the line before it
+                line = f"{lines.pop().rstrip()} {line}"
+            if _fakes_a_turn(line, fenced):  # the first line, or a join that reads as one ("#" + "SYSTEM:")
                 line = f"{QUOTE_MARK}{line}"
         lines.append(line)
     result = "\n".join(lines)
