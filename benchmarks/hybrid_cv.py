@@ -1,10 +1,11 @@
-"""Leave-one-set-out check of the hybrid defaults (`hybrid_weight`, `semantic_floor`) on all four sets.
+"""Leave-one-set-out check of the hybrid defaults (`hybrid_weight`, `semantic_floor`, `MULTILINGUAL_SHARE`).
 
     .venv/bin/python benchmarks/hybrid_cv.py [--cache DIR]
 
 Each set (stabletoolbench, api-bank, metatool, mcp-catalogs) is scored once as `semantic_probe.py` scores it
 (the engine's BM25, the engine's tool texts and sentence vectors, exactly the engine's blend and floor);
-then, for each set held out, the weight and floor are chosen on the other three and measured on it. Two
+each model's cosines are kept apart, so other shares of USE multilingual v3 are tried without embedding
+again. Then, for each set held out, share, weight and floor are chosen on the other three and measured on it. Two
 choice rules: the best mean of hit@1 and hit@5 over the three, and the best worst-set gain in hit@5 over
 lexical (the rule that keeps every set at least where lexical is). The grid around the defaults is printed
 too, so a choice can be checked against every set's current figure.
@@ -20,13 +21,16 @@ import platformdirs
 
 from _common import table
 from orchestrator._config import ToolSearchSettings
-from orchestrator.protocols.mcp._embedding.model import SemanticScorer
+from orchestrator.protocols.mcp._embedding.model import MULTILINGUAL_SHARE, SemanticScorer
 from orchestrator.protocols.mcp._embedding.vectors import ToolVectors
-from semantic_probe import Scored, report, score_set
+from semantic_probe import Scored, at_share, report, score_set
 
 SETS = ("stabletoolbench", "api-bank", "metatool", "mcp-catalogs")
-WEIGHTS = [round(w, 2) for w in np.arange(0.35, 0.8001, 0.05)]
-FLOORS = [0.15, 0.2, 0.25, 0.3, 0.35]
+SHARES = [0.0, 0.3, 0.4, 0.5, 0.6]
+WEIGHTS = [round(w, 2) for w in np.arange(0.45, 0.7501, 0.05)]
+FLOORS = [0.1, 0.15, 0.2, 0.25, 0.3]
+Setting = tuple[float, float, float]
+"""(share, weight, floor)"""
 
 
 def main() -> int:
@@ -36,18 +40,26 @@ def main() -> int:
     scorer = ToolVectors(SemanticScorer.load(), args.cache)
     sets: dict[str, Scored] = {name: score_set(name, scorer, False) for name in SETS}
     lexical = {name: report(scored, None, 0.25) for name, scored in sets.items()}
-    grid: dict[tuple[float, float], dict[str, tuple[float, float]]] = {}
-    for weight in WEIGHTS:
-        for floor in FLOORS:
-            grid[(weight, floor)] = {
-                name: (r.hit_at_1, r.hit_at_k) for name, r in ((n, report(s, weight, floor)) for n, s in sets.items())
-            }
-    defaults = ToolSearchSettings()
+    grid: dict[Setting, dict[str, tuple[float, float]]] = {}
+    for share in SHARES:
+        mixed = {name: at_share(scored, share) for name, scored in sets.items()}
+        for weight in WEIGHTS:
+            for floor in FLOORS:
+                grid[(share, weight, floor)] = {
+                    name: (r.hit_at_1, r.hit_at_k)
+                    for name, r in ((n, report(s, weight, floor)) for n, s in mixed.items())
+                }
+    search = ToolSearchSettings()
+    defaults = (MULTILINGUAL_SHARE, search.hybrid_weight, search.semantic_floor)
     rows = []
-    for (weight, floor), found in grid.items():
-        mark = " (default)" if (weight, floor) == (defaults.hybrid_weight, defaults.semantic_floor) else ""
+    for setting, found in grid.items():
+        mark = " (default)" if setting == defaults else ""
+        share, weight, floor = setting
         rows.append(
-            [f"w {weight:.2f} floor {floor:.2f}{mark}", *(f"{found[n][0]:.3f} / {found[n][1]:.3f}" for n in SETS)]
+            [
+                f"share {share:.1f} w {weight:.2f} floor {floor:.2f}{mark}",
+                *(f"{found[n][0]:.3f} / {found[n][1]:.3f}" for n in SETS),
+            ]
         )
     rows.append(["lexical", *(f"{lexical[n].hit_at_1:.3f} / {lexical[n].hit_at_k:.3f}" for n in SETS)])
     print("Grid (hit@1 / hit@5)")
@@ -63,14 +75,18 @@ def main() -> int:
     for rule_name, rule in (("mean of hit@1 and hit@5", mean_rule), ("worst-set hit@5 gain over lexical", worst_gain)):
         for held in SETS:
             train = [n for n in SETS if n != held]
-            weight, floor = max(grid, key=lambda key: (round(rule(grid[key], train), 4), -abs(key[0] - 0.55)))
-            h1, h5 = grid[(weight, floor)][held]
-            d1, d5 = grid[(defaults.hybrid_weight, defaults.semantic_floor)][held]
-            rows.append(
-                [rule_name, held, f"{weight:.2f} / {floor:.2f}", f"{h1:.3f} / {h5:.3f}", f"{d1:.3f} / {d5:.3f}"]
-            )
+            chosen = max(grid, key=lambda key: (round(rule(grid[key], train), 4), -abs(key[1] - 0.6)))
+            h1, h5 = grid[chosen][held]
+            d1, d5 = grid[defaults][held]
+            picked = " / ".join(f"{value:.2f}" for value in chosen)
+            rows.append([rule_name, held, picked, f"{h1:.3f} / {h5:.3f}", f"{d1:.3f} / {d5:.3f}"])
     print("\nLeave one set out (chosen on the other three, measured on the held-out set; hit@1 / hit@5)")
-    table(["rule", "held out", "chosen w / floor", "held-out figures", "defaults on it"], rows)
+    table(["rule", "held out", "chosen share / w / floor", "held-out figures", "defaults on it"], rows)
+    best = {
+        rule_name: max(grid, key=lambda key: (round(rule(grid[key], list(SETS)), 4), -abs(key[1] - 0.6)))
+        for rule_name, rule in (("mean", mean_rule), ("worst gain", worst_gain))
+    }
+    print("\nOn all four sets:", ", ".join(f"{name} rule picks {key}" for name, key in best.items()))
     return 0
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +29,7 @@ import platformdirs
 from _common import CATALOGS, RETRIEVAL, SETS, table
 from orchestrator._config import ToolSearchSettings
 from orchestrator.protocols.mcp._catalog import ToolCatalog
-from orchestrator.protocols.mcp._embedding.model import SemanticScorer
+from orchestrator.protocols.mcp._embedding.model import MINILM_DIMENSION, MULTILINGUAL_SHARE, SemanticScorer
 from orchestrator.protocols.mcp._embedding.rules import admitted, blend, entry_text, query_sentences
 from orchestrator.protocols.mcp._embedding.vectors import ToolVectors
 from orchestrator.protocols.mcp._evaluation import MRR_DEPTH, EvalQuery, EvalReport, evaluate_rankings, load_queries
@@ -87,6 +87,24 @@ class Scored:
     lexical: list[np.ndarray | None]  # None: over the length limit (the engine refuses it)
     matched: list[np.ndarray | None]
     cosines: list[np.ndarray | None]
+    parts: list[tuple[np.ndarray, np.ndarray] | None]
+    """Per query, each model's cosines (all-MiniLM-L6-v2, USE multilingual v3), sentences x tools: what
+    `at_share` mixes to try another MULTILINGUAL_SHARE without embedding again."""
+
+
+def split_cosines(query: np.ndarray, tools: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each model's own cosines (sentences x tools) out of the joined vectors, undoing the share scaling."""
+    minilm = np.atleast_2d(query)[:, :MINILM_DIMENSION] @ tools[:, :MINILM_DIMENSION].T
+    multilingual = np.atleast_2d(query)[:, MINILM_DIMENSION:] @ tools[:, MINILM_DIMENSION:].T
+    return minilm / (1.0 - MULTILINGUAL_SHARE), multilingual / MULTILINGUAL_SHARE
+
+
+def at_share(scored: Scored, share: float) -> Scored:
+    """The set's cosines as if MULTILINGUAL_SHARE were `share` (each tool's best sentence, as the engine)."""
+    cosines = [
+        None if part is None else ((1.0 - share) * part[0] + share * part[1]).max(axis=0) for part in scored.parts
+    ]
+    return replace(scored, cosines=cosines)
 
 
 def score_set(name: str, scorer: ToolVectors, quick: bool) -> Scored:
@@ -100,18 +118,19 @@ def score_set(name: str, scorer: ToolVectors, quick: bool) -> Scored:
     # Each query as the engine embeds it: sentence by sentence (batched and cached here).
     sentences = sorted({part for text in accepted for part in query_sentences(text)})
     vectors = dict(zip(sentences, scorer.embed_tools(dict(enumerate(sentences))), strict=True))
-    lexical, matched, cosines = [], [], []
+    lexical, matched, cosines, parts = [], [], [], []
     for query in queries:
         text = query.query.strip()
         if len(text) > MAX_QUERY_CHARS:
-            lexical.append(None), matched.append(None), cosines.append(None)
+            lexical.append(None), matched.append(None), cosines.append(None), parts.append(None)
             continue
         scores, candidates = index.scores(index.query_terms(text))
         mask = np.zeros(len(catalog), dtype=bool)
         mask[candidates] = True
         query_vectors = np.stack([vectors[part] for part in query_sentences(text)])
         lexical.append(scores), matched.append(mask), cosines.append(scorer.model.similarities(query_vectors, tools))
-    return Scored(name, catalog, queries, lexical, matched, cosines)
+        parts.append(split_cosines(query_vectors, tools))
+    return Scored(name, catalog, queries, lexical, matched, cosines, parts)
 
 
 def report(scored: Scored, weight: float | None, floor: float) -> EvalReport:
@@ -151,13 +170,13 @@ def choose_weight(sets: dict[str, Scored], floor: float) -> tuple[float, list[li
 
 def subset(scored: Scored, ids: list[int]) -> Scored:
     pick = lambda values: [values[i] for i in ids]  # noqa: E731
-    return Scored(
-        scored.name,
-        scored.catalog,
-        pick(scored.queries),
-        pick(scored.lexical),
-        pick(scored.matched),
-        pick(scored.cosines),
+    return replace(
+        scored,
+        queries=pick(scored.queries),
+        lexical=pick(scored.lexical),
+        matched=pick(scored.matched),
+        cosines=pick(scored.cosines),
+        parts=pick(scored.parts),
     )
 
 

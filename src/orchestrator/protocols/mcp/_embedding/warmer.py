@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...._errors import SemanticUnavailable
-from .model import one_line
+from .pinned import one_line
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
