@@ -169,6 +169,21 @@ def test_a_damaged_cache_file_is_rebuilt_instead_of_raised(
     assert again.texts_embedded == 0
 
 
+def test_a_cache_of_an_earlier_models_width_is_rebuilt_without_a_warning(
+    scorer: SemanticScorer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An upgrade that changes the model (all-MiniLM-L6-v2 alone wrote 384-wide rows) is not damage."""
+    old = np.ones((2, 384), np.float32)
+    np.savez(tmp_path / store.CACHE_NAME, keys=np.zeros((2, 32), np.uint8), vectors=old)
+    vectors = ToolVectors(scorer, tmp_path)
+    with caplog.at_level(logging.INFO, logger=store.__name__):
+        vectors.embed_tools(TOOLS)
+    assert vectors.texts_embedded == len(TOOLS)
+    assert "another model's vectors" in caplog.text
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
+    assert ToolVectors(scorer, tmp_path).embed_tools(TOOLS).shape == (len(TOOLS), DIMENSION)
+
+
 def test_background_embedding_fills_the_cache_and_wait_returns_when_it_is_there(
     scorer: SemanticScorer, tmp_path: Path
 ) -> None:

@@ -68,8 +68,11 @@ class VectorStore:
         try:
             with np.load(self.path, allow_pickle=False) as data:
                 keys, vectors = data["keys"], data["vectors"]
-            if keys.dtype != np.uint8 or keys.shape[1:] != (_DIGEST_BYTES,) or vectors.shape != (len(keys), DIMENSION):
+            if keys.dtype != np.uint8 or keys.shape[1:] != (_DIGEST_BYTES,) or vectors.shape[0] != len(keys):
                 raise ValueError(f"unexpected arrays {keys.dtype}{keys.shape} / {vectors.shape}")
+            if vectors.shape[1:] != (DIMENSION,):  # written by an earlier model: its keys could never match
+                log.info("embedding cache %s holds another model's vectors; it will be rebuilt", self.path)
+                return {}
         except Exception as exc:  # boundary: a damaged cache only costs a re-embedding
             log.warning("embedding cache %s unreadable (%s); it will be rebuilt", self.path, exc)
             return {}
