@@ -104,8 +104,8 @@ def test_vectors_are_unit_length_deterministic_and_in_mapping_order(memory: Tool
     np.testing.assert_allclose(np.linalg.norm(matrix, axis=1), 1.0, atol=1e-5)
     reversed_keys = dict(reversed(list(TOOLS.items())))
     np.testing.assert_allclose(memory.embed_tools(reversed_keys), matrix[::-1], atol=1e-6)
-    one = memory.model.embed_query(TOOLS["mongodb__count"])  # one sentence: one row
-    assert one.shape == (1, DIMENSION)
+    assert memory.model.embed_query(str(TOOLS["mongodb__count"])).shape == (1, DIMENSION)  # one sentence: one row
+    one = memory.model.embed_texts([TOOLS["mongodb__count"]])
     np.testing.assert_allclose(one[0], matrix[2], atol=1e-5)  # batching and padding change nothing
     assert memory.embed_tools({}).shape == (0, DIMENSION)
     np.testing.assert_allclose(memory.model.embed_texts(list(TOOLS.values())), matrix, atol=1e-6)
@@ -267,7 +267,7 @@ def test_joined_vectors_mix_the_two_models_cosines_by_the_share(scorer: Semantic
     assert np.allclose(np.linalg.norm(joined, axis=1), 1.0, atol=1e-5)
     query = "wie spät ist es in Sydney"
     multilingual = MultilingualEncoder.load()
-    use_cosines = multilingual.embed(texts) @ multilingual.embed([query])[0]
+    use_cosines = multilingual.embed([rules.multilingual_text(t) for t in texts]) @ multilingual.embed([query])[0]
     minilm = joined[:, :MINILM_DIMENSION] / np.sqrt(1 - MULTILINGUAL_SHARE)
     minilm_query = scorer.embed_query(query)[0, :MINILM_DIMENSION] / np.sqrt(1 - MULTILINGUAL_SHARE)
     expected = (1 - MULTILINGUAL_SHARE) * (minilm @ minilm_query) + MULTILINGUAL_SHARE * use_cosines
@@ -344,6 +344,26 @@ def test_tool_text_holds_description_then_server_split_name_and_parameter_names(
     assert text == "Open a PR. (github create pull request, with head branch, base ref)"
     assert tool_text("time", "now", None) == "time now"
     assert tool_text("time", "now", "  Current\n time.  ") == "Current time. (time now)"
+
+
+def test_the_multilingual_model_reads_a_shorter_text_without_parameter_names() -> None:
+    text = tool_text("github", "createPullRequest", "Open a PR.", ["head_branch", "baseRef"])
+    assert text.multilingual == "Open a PR. (github create pull request)"
+    long = tool_text("docs", "search_pages", " ".join(f"word{i}" for i in range(100)), ["query"])
+    assert long.multilingual.endswith("word39 (docs search pages)")
+    assert rules.multilingual_text(long) == long.multilingual
+    assert rules.multilingual_text("a plain query sentence") == "a plain query sentence"
+
+
+def test_each_model_embeds_its_own_text_of_a_tool(scorer: SemanticScorer) -> None:
+    text = tool_text("github", "create_issue", "Create a new issue in a GitHub repository.", ["owner", "repo"])
+    joined = scorer.embed_texts([text])[0]
+    plain = scorer.embed_texts([str(text)])[0]  # a plain string: both models read the long form
+    assert np.allclose(joined[:MINILM_DIMENSION], plain[:MINILM_DIMENSION], atol=1e-5)
+    use = MultilingualEncoder.load()
+    scale = np.sqrt(MULTILINGUAL_SHARE)
+    assert np.allclose(joined[MINILM_DIMENSION:] / scale, use.embed([text.multilingual])[0], atol=1e-5)
+    assert not np.allclose(plain[MINILM_DIMENSION:] / scale, use.embed([text.multilingual])[0], atol=1e-3)
 
 
 def test_tool_text_cuts_a_long_description_so_the_label_survives_the_model_window(scorer: SemanticScorer) -> None:

@@ -34,7 +34,7 @@ import numpy as np
 from ...._errors import SemanticUnavailable
 from .multilingual import MULTILINGUAL_DIMENSION, MULTILINGUAL_PACKAGE, MULTILINGUAL_SHA256, MultilingualEncoder
 from .pinned import check_hash, one_line
-from .rules import query_sentences
+from .rules import MULTILINGUAL_DESCRIPTION_WORDS, multilingual_text, query_sentences
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -77,7 +77,7 @@ MULTILINGUAL_SHARE = 0.4
 cross-validation with the blend weight and floor (`benchmarks/hybrid_cv.py`, docs/tool-search.md)."""
 MODEL_ID = (
     f"all-MiniLM-L6-v2-int8:{MODEL_SHA256[:12]}:{VOCAB_SHA256[:12]}:{MAX_TOKENS}"
-    f"+use-multilingual-v3:{MULTILINGUAL_SHA256['weights.npz'][:12]}:{MULTILINGUAL_SHARE}"
+    f"+use-multilingual-v3:{MULTILINGUAL_SHA256['weights.npz'][:12]}:{MULTILINGUAL_DESCRIPTION_WORDS}:{MULTILINGUAL_SHARE}"
 )
 """Part of every cache key: a different model, vocabulary, cut or share never reuses old vectors."""
 _MINILM_SCALE = math.sqrt(1.0 - MULTILINGUAL_SHARE)
@@ -249,11 +249,13 @@ class SemanticScorer:
         return joined
 
     def _join(self, minilm: NDArray[np.float32], texts: Sequence[str]) -> NDArray[np.float32]:
-        """all-MiniLM-L6-v2's rows for `texts` beside USE multilingual v3's, each scaled by the root of its
-        share: unit rows whose dot products mix the two models' cosines by MULTILINGUAL_SHARE."""
+        """all-MiniLM-L6-v2's rows for `texts` beside USE multilingual v3's (of each ToolText's `multilingual`),
+        each scaled by the root of its share: unit rows whose dot products mix the two models' cosines."""
         joined = np.empty((len(texts), DIMENSION), np.float32)
         joined[:, :MINILM_DIMENSION] = minilm * _MINILM_SCALE
-        joined[:, MINILM_DIMENSION:] = self._multilingual.embed(texts) * _MULTILINGUAL_SCALE
+        joined[:, MINILM_DIMENSION:] = (
+            self._multilingual.embed([multilingual_text(t) for t in texts]) * _MULTILINGUAL_SCALE
+        )
         return joined
 
     @staticmethod

@@ -1,6 +1,6 @@
 """The ranking rules of hybrid search, as pure functions: no model, no files, no state.
 
-tool_text / entry_text   what a tool is embedded as
+tool_text / entry_text   what a tool is embedded as (a ToolText: one text per model)
 query_sentences          a request is embedded sentence by sentence; a tool scores its best sentence
 blend                    lexical score and cosine, each normalised by the query's best
 admitted                 the floor that keeps hybrid from padding results with unrelated tools
@@ -24,9 +24,12 @@ if TYPE_CHECKING:
 __all__ = [
     "DESCRIPTION_WORDS",
     "MAX_QUERY_SENTENCES",
+    "MULTILINGUAL_DESCRIPTION_WORDS",
+    "ToolText",
     "admitted",
     "blend",
     "entry_text",
+    "multilingual_text",
     "query_sentences",
     "tool_text",
 ]
@@ -35,6 +38,11 @@ DESCRIPTION_WORDS = 80
 """Tool descriptions are cut here before embedding, so the label after them (server, name, parameters)
 still fits in the model's 128-token window: putting the description first and keeping the label raised
 the model-alone hit@5 by 0.01-0.04 on the development sets (docs/tool-search.md)."""
+MULTILINGUAL_DESCRIPTION_WORDS = 40
+"""USE multilingual v3 reads a tool as its description cut here and the label without parameter names: it
+averages over every word, so a long text dilutes the few that say what the tool does. Against the text
+all-MiniLM-L6-v2 reads, this raised hybrid hit@5 on mcp-catalogs by 0.016 and on api-bank by 0.014 and
+moved no set down by more than 0.002 (docs/tool-search.md)."""
 MAX_QUERY_SENTENCES = 16
 """Sentences of one request embedded separately. The engine ranks requests over 1,000 characters step by
 step and hands the blend only their best few steps (`_search.MAX_EMBEDDED_STEPS`), so this bounds the rest."""
@@ -42,24 +50,48 @@ step and hands the blend only their best few steps (`_search.MAX_EMBEDDED_STEPS`
 _SENTENCE_BREAK = re.compile(r"(?<=[.?!])\s+|\n+")
 
 
-def tool_text(server: str, name: str, description: str | None, parameters: Iterable[str] = ()) -> str:
+class ToolText(str):
+    """A tool's text as all-MiniLM-L6-v2 reads it (the string itself, and the vector cache's key), carrying
+    in `multilingual` what USE multilingual v3 reads. A plain string (a query sentence) is read alike by both.
+
+    The multilingual text is made from the same fields by fixed rules, so the string alone determines it
+    and keys the cache for both.
+    """
+
+    multilingual: str
+
+    def __new__(cls, text: str, multilingual: str) -> ToolText:
+        self = super().__new__(cls, text)
+        self.multilingual = multilingual
+        return self
+
+
+def multilingual_text(text: str) -> str:
+    """What USE multilingual v3 reads of `text`: a ToolText's `multilingual`, any other string as it is."""
+    return text.multilingual if isinstance(text, ToolText) else text
+
+
+def tool_text(server: str, name: str, description: str | None, parameters: Iterable[str] = ()) -> ToolText:
     """The text embedded for one tool: its description, then server, split name and parameter names.
 
     The description leads and is cut at DESCRIPTION_WORDS words, so the label in parentheses survives the
     model's token cut even after a long description. Names are split the way the lexical analyzer splits
     them (`split_words`). Example: `("github", "create_issue", "Create an issue", ["owner", "repo"])`
-    gives `"Create an issue (github create issue, with owner, repo)"`.
+    gives `"Create an issue (github create issue, with owner, repo)"`, and for USE multilingual v3
+    (`multilingual`, at most MULTILINGUAL_DESCRIPTION_WORDS words, no parameters) `"Create an issue
+    (github create issue)"`.
     """
     words = " ".join(split_words(name)) or name
     label = f"{server} {words}"
     params = ", ".join(" ".join(split_words(p)) or p for p in parameters)
-    if params:
-        label = f"{label}, with {params}"
-    text = " ".join((description or "").split()[:DESCRIPTION_WORDS])
-    return f"{text} ({label})" if text else label
+    described = (description or "").split()
+    text = " ".join(described[:DESCRIPTION_WORDS])
+    short = " ".join(described[:MULTILINGUAL_DESCRIPTION_WORDS])
+    full_label = f"{label}, with {params}" if params else label
+    return ToolText(f"{text} ({full_label})" if text else full_label, f"{short} ({label})" if short else label)
 
 
-def entry_text(entry: ToolEntry) -> str:
+def entry_text(entry: ToolEntry) -> ToolText:
     """`tool_text` of a catalog entry: its first server, tool name, description and top-level parameters."""
     properties = entry.input_schema.get("properties") if isinstance(entry.input_schema, dict) else None
     names = [str(name) for name in properties] if isinstance(properties, dict) else []
