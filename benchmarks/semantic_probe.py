@@ -34,7 +34,7 @@ from orchestrator.protocols.mcp._embedding.rules import admitted, blend, entry_t
 from orchestrator.protocols.mcp._embedding.vectors import ToolVectors
 from orchestrator.protocols.mcp._evaluation import MRR_DEPTH, EvalQuery, EvalReport, evaluate_rankings, load_queries
 from orchestrator.protocols.mcp._ranking import LexicalIndex
-from orchestrator.protocols.mcp._search import MAX_QUERY_CHARS
+from orchestrator.protocols.mcp._search import LONG_QUERY_CHARS, MAX_QUERY_CHARS, NAMED_SERVER_BONUS
 
 K = 5
 WEIGHTS = [round(w, 2) for w in np.arange(0.0, 1.0001, 0.05)]
@@ -87,6 +87,8 @@ class Scored:
     lexical: list[np.ndarray | None]  # None: over the length limit (the engine refuses it)
     matched: list[np.ndarray | None]
     cosines: list[np.ndarray | None]
+    named: list[np.ndarray | None]
+    """Per query, the tools of a server it names (`LexicalIndex.named`): the engine's NAMED_SERVER_BONUS."""
     parts: list[tuple[np.ndarray, np.ndarray] | None]
     """Per query, each model's cosines (all-MiniLM-L6-v2, USE multilingual v3), sentences x tools: what
     `at_share` mixes to try another MULTILINGUAL_SHARE without embedding again."""
@@ -118,33 +120,37 @@ def score_set(name: str, scorer: ToolVectors, quick: bool) -> Scored:
     # Each query as the engine embeds it: sentence by sentence (batched and cached here).
     sentences = sorted({part for text in accepted for part in query_sentences(text)})
     vectors = dict(zip(sentences, scorer.embed_tools(dict(enumerate(sentences))), strict=True))
-    lexical, matched, cosines, parts = [], [], [], []
+    lexical, matched, cosines, named, parts = [], [], [], [], []
     for query in queries:
         text = query.query.strip()
         if len(text) > MAX_QUERY_CHARS:
-            lexical.append(None), matched.append(None), cosines.append(None), parts.append(None)
+            lexical.append(None), matched.append(None), cosines.append(None), named.append(None), parts.append(None)
             continue
-        scores, candidates = index.scores(index.query_terms(text))
+        terms = index.query_terms(text)
+        scores, candidates = index.scores(terms)
+        named.append(index.named(terms) if len(text) <= LONG_QUERY_CHARS else np.zeros(len(catalog), dtype=bool))
         mask = np.zeros(len(catalog), dtype=bool)
         mask[candidates] = True
         query_vectors = np.stack([vectors[part] for part in query_sentences(text)])
         lexical.append(scores), matched.append(mask), cosines.append(scorer.model.similarities(query_vectors, tools))
         parts.append(split_cosines(query_vectors, tools))
-    return Scored(name, catalog, queries, lexical, matched, cosines, parts)
+    return Scored(name, catalog, queries, lexical, matched, cosines, named, parts)
 
 
 def report(scored: Scored, weight: float | None, floor: float) -> EvalReport:
     """weight None: the engine's lexical ranking; 1.0 with floor -1: the model alone."""
     names = [entry.name for entry in scored.catalog]
     rankings: list[list[str] | None] = []
-    for lexical, matched, cosines in zip(scored.lexical, scored.matched, scored.cosines, strict=True):
-        if lexical is None or matched is None or cosines is None:
+    for lexical, matched, cosines, named in zip(
+        scored.lexical, scored.matched, scored.cosines, scored.named, strict=True
+    ):
+        if lexical is None or matched is None or cosines is None or named is None:
             rankings.append(None)
             continue
         if weight is None:
             top = LexicalIndex.top(lexical, np.flatnonzero(matched), MRR_DEPTH)
         else:
-            scores = blend(lexical, cosines, weight).astype(np.float64)
+            scores = blend(lexical, cosines, weight).astype(np.float64) + NAMED_SERVER_BONUS * named
             top = LexicalIndex.top(scores, np.flatnonzero(admitted(matched, cosines, floor)), MRR_DEPTH)
         rankings.append([names[doc] for doc, _ in top])
     return evaluate_rankings(scored.catalog, scored.queries, rankings, K)
@@ -176,6 +182,7 @@ def subset(scored: Scored, ids: list[int]) -> Scored:
         lexical=pick(scored.lexical),
         matched=pick(scored.matched),
         cosines=pick(scored.cosines),
+        named=pick(scored.named),
         parts=pick(scored.parts),
     )
 

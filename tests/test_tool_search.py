@@ -418,6 +418,49 @@ def test_a_score_blend_wraps_the_lexical_scores(catalog: ToolCatalog) -> None:
     assert names(engine.search("select:read_file")) == ["files__read_file"]  # exact lookups bypass the blend
 
 
+class _Flat:
+    """A ScoreBlend that scores every candidate alike: whatever orders them is the engine's own rule."""
+
+    def prepare(self, catalog: ToolCatalog) -> None:
+        pass
+
+    def blend(self, query: str, lexical: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        scores = np.zeros_like(lexical)
+        scores[candidates] = 0.5
+        return scores, candidates
+
+
+def test_hybrid_puts_the_tools_of_a_server_the_request_names_first() -> None:
+    issue = {"name": "create_issue", "description": "Create an issue", "inputSchema": {"type": "object"}}
+    catalog = ToolCatalog.from_lists({"github": [issue], "jira": [issue], "brave-search": [issue]})
+    engine = ToolSearchEngine(catalog, ranking="hybrid", blend=_Flat())
+    assert names(engine.search("create an issue")) == [
+        "brave-search__create_issue",
+        "github__create_issue",
+        "jira__create_issue",
+    ]
+    assert names(engine.search("create an issue in Jira"))[0] == "jira__create_issue"
+    assert names(engine.search("create an issue, search brave"))[0] == "brave-search__create_issue"
+    # one word of a two-word server name is not naming it; lexical ranking has no such preference
+    assert names(engine.search("create an issue and search"))[0] == "brave-search__create_issue"  # doc order
+    lexical = ToolSearchEngine(catalog, ranking="lexical")
+    assert names(lexical.search("create an issue in Jira"))[0] == "jira__create_issue"  # the word itself matches
+
+
+def test_named_marks_every_tool_of_each_server_whose_whole_name_the_terms_hold() -> None:
+    tool = {"name": "t", "description": "d", "inputSchema": {"type": "object"}}
+    catalog = ToolCatalog.from_lists({"brave-search": [tool], "jira": [tool, {**tool, "name": "u"}], "git": [tool]})
+    index = LexicalIndex(catalog.entries)
+
+    def named(query: str) -> set[str]:
+        mask = index.named(index.query_terms(query))
+        return {entry.name for entry, flag in zip(catalog.entries, mask, strict=True) if flag}
+
+    assert named("open a Jira ticket") == {"jira__t", "jira__u"}
+    assert named("search with Brave") == {"brave-search__t"}
+    assert named("search the web") == set()
+
+
 def test_each_search_and_expand_is_counted_once(
     catalog: ToolCatalog, telemetry: Telemetry, reader: InMemoryMetricReader
 ) -> None:

@@ -14,7 +14,7 @@ documents that share a term with the query through an inverted index: the same n
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
@@ -349,6 +349,14 @@ class LexicalIndex:
         self.analyzer = analyzer or Analyzer()
         self.size = len(entries)
         self._postings: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        servers: dict[str, list[int]] = {}
+        for doc, entry in enumerate(entries):
+            servers.setdefault(entry.server, []).append(doc)
+        self._servers = [
+            (frozenset(words), np.asarray(docs, dtype=np.intp))
+            for server, docs in servers.items()
+            if (words := self.analyzer.terms(server))
+        ]
         self.bm25: BM25Okapi | None = None
         """The library's model over the same corpus (its `get_scores` gives the same scores)."""
         parts, sizes, texts_per_field = _gather(entries, self.analyzer, schema_depth)
@@ -375,6 +383,16 @@ class LexicalIndex:
         requests repeat their topic words ("schedule ... the schedule"), and counting them once raised
         hit@5 on every retrieval set."""
         return list(dict.fromkeys(self.analyzer.terms(query)))
+
+    def named(self, terms: Iterable[str]) -> np.ndarray:
+        """Which documents belong to a server the query names: every index term of the server's name is
+        among `terms` ("create a Jira ticket" names `jira`; "brave-search" needs both words)."""
+        mask = np.zeros(self.size, dtype=bool)
+        wanted = set(terms)
+        for words, docs in self._servers:
+            if words <= wanted:
+                mask[docs] = True
+        return mask
 
     def scores(self, terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Dense BM25 scores (0 for documents sharing no term) and the sorted ids of documents that share one.
