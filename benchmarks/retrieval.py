@@ -23,8 +23,9 @@ cross-validation (choose on three sets by the mean of hit@1 and hit@5, score the
 defaults were chosen.
 
 Targets: lexical hit@1 and hit@5 >= the best anchor on every set (same run); lexical hit@5 stabletoolbench
->= 0.89, api-bank >= 0.78, metatool >= 0.66. With --hybrid: hit@5 stabletoolbench >= 0.90, api-bank >= 0.80,
-metatool >= 0.80, mcp-catalogs >= 0.85, each mcp-catalogs style >= the best anchor on it, non-english >= 0.65.
+>= 0.89, api-bank >= 0.78, metatool >= 0.66. With --hybrid: hit@5 stabletoolbench >= 0.915, api-bank >= 0.821,
+metatool >= 0.811 (no lower than before the multilingual model), mcp-catalogs >= 0.85, each mcp-catalogs style
+>= the best anchor on it, non-english >= 0.65.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ ANCHOR_DEPTH = 10
 """What the anchors' rankers return: MRR in the comparison is over the top 10 for every ranking."""
 ANCHORS = ("bernstein", "grok", "rank_bm25")
 TARGET_HIT5 = {"stabletoolbench": 0.89, "api-bank": 0.78, "metatool": 0.66}
-TARGET_HYBRID_HIT5 = {"stabletoolbench": 0.90, "api-bank": 0.80, "metatool": 0.80, "mcp-catalogs": 0.85}
+TARGET_HYBRID_HIT5 = {"stabletoolbench": 0.915, "api-bank": 0.821, "metatool": 0.811, "mcp-catalogs": 0.85}
+"""Issue 16: mcp-catalogs >= 0.85; the other sets no lower than hybrid ranking before it (0.915 / 0.821 / 0.811)."""
 TARGET_HYBRID_STYLE_HIT5 = {"non-english": 0.65}
 
 Ranking = list[str] | None
@@ -301,7 +303,7 @@ def main() -> int:
                         target = TARGET_HYBRID_HIT5[name]
                         verdicts.append(
                             (
-                                f"{name} hybrid hit@5 {hyb.hit5:.3f} >= {target:.2f} (lexical {lex.hit5:.3f})",
+                                f"{name} hybrid hit@5 {hyb.hit5:.3f} >= {target:.3f} (lexical {lex.hit5:.3f})",
                                 hyb.hit5 >= target,
                             )
                         )

@@ -43,7 +43,7 @@ class _CatalogVectors:
 
 
 class HybridBlend:
-    """The engine's ScoreBlend: normalised BM25 blended with all-MiniLM-L6-v2 cosines, failing open.
+    """The engine's ScoreBlend: normalised BM25 blended with the joined sentence vectors' cosines, failing open.
 
     Build it with `EmbeddingRuntime.create_blend(settings)`. `blend` raises `SemanticUnavailable` (logged
     once per runtime per kind) whenever it cannot rank: the engine answers with the lexical ranking and

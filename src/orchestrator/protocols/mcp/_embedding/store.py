@@ -30,14 +30,14 @@ log = logging.getLogger(__name__)
 CACHE_NAME = "vectors.npz"
 """The one file in a vector cache folder."""
 CACHE_LIMIT = 20_000
-"""Most vectors kept on disk (about 31 MB): the current catalog's first, then the most recent others."""
+"""Most vectors kept on disk (about 72 MB at 896 floats each): the current catalog's first, then the most recent others."""
 _DIGEST_BYTES = 32  # sha256
 
 
 class VectorStore:
     """Vectors keyed by sha256(model id + text), in memory and (with a folder) in `<folder>/vectors.npz`.
 
-    The file holds `keys` (n x 32 uint8 digests) and `vectors` (n x 384 float32). `lock` guards the rows
+    The file holds `keys` (n x 32 uint8 digests) and `vectors` (n x DIMENSION float32). `lock` guards the rows
     and the file; `changed` is notified whenever vectors are added.
     """
 
