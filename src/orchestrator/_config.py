@@ -186,8 +186,8 @@ class ToolSearchSettings(_Model):
     pinned: list[str] = Field(default_factory=list)
     """Qualified names or globs always shipped with full schemas."""
     ranking: Literal["lexical", "hybrid", "auto"] = "auto"
-    """lexical: BM25 only; hybrid: BM25 blended with a local embedding model (the `semantic` extra);
-    auto: hybrid when the extra is installed and its model loads, lexical otherwise."""
+    """lexical: BM25 only; hybrid: BM25 blended with the local embedding models (in the base install);
+    auto: hybrid when the models are installed and load, lexical otherwise."""
     hybrid_weight: float = Field(0.60, ge=0, le=1)
     """Weight of the embedding similarity in the hybrid blend (the rest is BM25; both normalised by the
     query's best). 0.60 with the floor below and USE multilingual v3's share of the cosine (0.4, fixed in
@@ -231,7 +231,8 @@ class ToolSearchOverrides(_Model):
 
 
 class EmbeddingSettings(_Model):
-    """`mcp.embedding`: the local embedding model behind hybrid ranking (the `semantic` extra)."""
+    """`mcp.embedding`: the local embedding models behind hybrid ranking (all-MiniLM-L6-v2 and USE
+    multilingual v3, both in the base install)."""
 
     enabled: bool = True
     """false: never load the model; `hybrid` and `auto` rank lexically and count the fallback `disabled`."""
