@@ -252,7 +252,9 @@ class ToolSearchEngine:
             state = self._state
             if state is None or state.catalog.version != catalog.version:
                 index = LexicalIndex(catalog.entries, self._analyzer)
-                state = _State(catalog, index, _equivalents(catalog.entries, index))
+                # Equivalent tools are only looked for when results fold them (a tenth of a 10,000-tool build).
+                twins = _equivalents(catalog.entries, index) if self._settings.group_equivalents else {}
+                state = _State(catalog, index, twins)
                 if self._blend is not None:
                     self._blend.prepare(catalog)
                 self._state = state
@@ -486,6 +488,7 @@ def _equivalents(entries: Sequence[ToolEntry], index: LexicalIndex) -> dict[int,
     Pairs, not groups: a hit folds only the lower-ranked tools equivalent to itself.
     """
     idf: dict[str, float] = dict(index.bm25.idf) if index.bm25 is not None else {}
+    top = max(idf.values(), default=1.0)
     by_name: dict[str, list[int]] = {}
     for doc, entry in enumerate(entries):
         by_name.setdefault(entry.tool.lower(), []).append(doc)
@@ -497,7 +500,7 @@ def _equivalents(entries: Sequence[ToolEntry], index: LexicalIndex) -> dict[int,
         for i, a in enumerate(docs):
             for b in docs[i + 1 :]:
                 if entries[a].server != entries[b].server and any(
-                    _overlap(x, y, idf) >= EQUIVALENT_OVERLAP for x, y in zip(words[a], words[b], strict=True)
+                    _overlap(x, y, idf, top) >= EQUIVALENT_OVERLAP for x, y in zip(words[a], words[b], strict=True)
                 ):
                     twins.setdefault(a, set()).add(b)
                     twins.setdefault(b, set()).add(a)
@@ -515,12 +518,12 @@ def _description_words(entry: ToolEntry, analyzer: Analyzer) -> tuple[set[str], 
     )
 
 
-def _overlap(a: set[str], b: set[str], idf: dict[str, float]) -> float:
+def _overlap(a: set[str], b: set[str], idf: dict[str, float], top: float) -> float:
     """idf-weighted share of the shorter word set found in the other; 0 when a set is too short to say
-    (EQUIVALENT_MIN_WORDS). BM25Okapi's idf can be 0 or negative for words in most tools: floored."""
+    (EQUIVALENT_MIN_WORDS). BM25Okapi's idf can be 0 or negative for words in most tools: floored; a
+    word the index does not know weighs `top`, the highest idf."""
     if min(len(a), len(b)) < EQUIVALENT_MIN_WORDS:
         return 0.0
-    top = max(idf.values(), default=1.0)
     weight = lambda term: max(idf.get(term, top), _IDF_FLOOR)  # noqa: E731
     return sum(map(weight, a & b)) / min(sum(map(weight, a)), sum(map(weight, b)))
 
