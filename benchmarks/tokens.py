@@ -13,8 +13,9 @@ input_schema}`, summed; the prompt section as text), with the default `mcp.tool_
   `threshold_tokens` are planned in full mode, as the project would.
 - session: a model request every round for 25 rounds. The baseline re-sends the catalog each round. Search
   mode re-sends its plan each round, and everything search mode adds to the conversation stays in it for
-  every later round: five `tool_search` calls (rounds 1, 6, 11, 16, 21; their JSON results) and an
-  `expand_tools` of the top two hits of each (their definitions). Work shared by both modes (the task, the
+  every later round: five `tool_search` calls (rounds 1, 6, 11, 16, 21) and an `expand_tools` of the top
+  two hits of each, each call as compact JSON and its result as the text `MetaTools` returns (what the
+  gateway sends). Work shared by both modes (the task, the
   tool calls' own results) is left out of both.
 
 Target: search mode sends at most 2% of the full catalog's tokens at 590 tools, per spawn and per session.
@@ -23,9 +24,12 @@ Target: search mode sends at most 2% of the full catalog's tokens at 590 tools, 
 from __future__ import annotations
 
 import json
+from typing import Any
+
+from mcp.types import CallToolResult, TextContent
 
 from _common import CATALOGS, report_targets, table
-from orchestrator import Settings, SpawnPlan, SpawnPlanner, ToolCatalog, ToolSearchEngine, ToolSearchSettings
+from orchestrator import MetaTools, Settings, SpawnPlan, SpawnPlanner, ToolCatalog, ToolSearchEngine, ToolSearchSettings
 from orchestrator.protocols.mcp._catalog import read_snapshot
 from orchestrator.protocols.mcp._tokens import compact_json, count_tokens
 
@@ -52,25 +56,25 @@ def session(catalog: ToolCatalog, settings: ToolSearchSettings) -> tuple[int, in
     plan = spawn_plan(catalog, settings)
     if plan.mode == "full":
         return plan.full_tokens * ROUNDS, plan.prompt_tokens * ROUNDS
-    engine = ToolSearchEngine(catalog, settings, ranking="lexical")
+    meta = MetaTools(ToolSearchEngine(catalog, settings, ranking="lexical"))
     carried = 0  # tokens added to the conversation so far by search mode
     total = 0
     queries = iter(SESSION_QUERIES)
+
+    def sent(call: dict[str, Any], result: CallToolResult) -> int:
+        """The call as the model writes it, and the result's text as the gateway sends it."""
+        text = "".join(block.text for block in result.content if isinstance(block, TextContent))
+        return count_tokens(compact_json(call), settings.tokenizer) + count_tokens(text, settings.tokenizer)
+
     for round_number in range(1, ROUNDS + 1):
         if round_number in SEARCH_ROUNDS:
             query = next(queries)
-            hits = engine.search(query)
-            result = {"query": query, "outcome": "hit" if hits else "miss", "hits": [hit.to_dict() for hit in hits]}
-            call = {"name": "tool_search", "arguments": {"query": query}}
-            carried += count_tokens(compact_json(call), settings.tokenizer) + count_tokens(
-                compact_json(result), settings.tokenizer
-            )
-            names = [hit.name for hit in hits[:EXPAND_PER_SEARCH]]
+            found = meta.tool_search(query)
+            carried += sent({"name": "tool_search", "arguments": {"query": query}}, found)
+            hits = (found.structured_content or {}).get("hits", [])
+            names = [hit["name"] for hit in hits[:EXPAND_PER_SEARCH]]
             if names:
-                expanded = {"tools": engine.expand_tools(names)}
-                call = {"name": "expand_tools", "arguments": {"names": names}}
-                carried += count_tokens(compact_json(call), settings.tokenizer)
-                carried += count_tokens(compact_json(expanded), settings.tokenizer)
+                carried += sent({"name": "expand_tools", "arguments": {"names": names}}, meta.expand_tools(names))
         total += plan.prompt_tokens + carried
     return plan.full_tokens * ROUNDS, total
 

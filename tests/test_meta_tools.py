@@ -6,6 +6,7 @@ the catalog collapses them into one entry offered by both), behind one MCPManage
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -65,9 +66,10 @@ async def test_tool_search_returns_names_summaries_and_scores_without_schemas(ma
     assert not result.is_error and payload is not None
     assert payload["query"] == "add two integers" and payload["outcome"] == "hit"
     first = payload["hits"][0]
-    assert set(first) == {"name", "server", "tool", "summary", "score"}
-    assert (first["name"], first["server"], first["tool"]) == ("alpha__add", "alpha", "add")
+    assert set(first) == {"name", "summary", "score"}  # short: it stays in the agent's context
+    assert first["name"] == "alpha__add" and first["score"] == round(first["score"], 3)
     assert "input_schema" not in _text(result)
+    assert json.loads(_text(result)) == payload and ", " not in _text(result).replace(first["summary"], "")
     assert meta.tool_search("zebra quantum chromodynamics").structured_content == {
         "query": "zebra quantum chromodynamics",
         "outcome": "miss",
@@ -129,7 +131,7 @@ async def test_a_tool_the_profile_hides_is_refused_everywhere(manager: MCPManage
     expanded = meta.expand_tools(["alpha__whoami"])
     assert expanded.is_error and error_kind(expanded) == "hidden_tool"
     hits = meta.tool_search("BASIC_SERVER_TAG environment variable").structured_content["hits"]
-    assert all(hit["tool"] != "whoami" for hit in hits)
+    assert all(not hit["name"].endswith("__whoami") for hit in hits)
 
 
 async def test_an_unknown_tool_gets_the_closest_names_and_a_hint(manager: MCPManager) -> None:

@@ -49,6 +49,7 @@ from ._planning import CALL_TOOL, EXPAND_TOOLS, META_TOOL_DEFINITIONS, META_TOOL
 from .protocols.mcp._catalog import ToolCatalog, ToolEntry
 from .protocols.mcp._schemas import SchemaLimits, json_depth, schema_problem
 from .protocols.mcp._search import ToolSearchEngine
+from .protocols.mcp._tokens import compact_json
 
 __all__ = [
     "CALL_TOOL",
@@ -223,7 +224,8 @@ class MetaTools:
     # ------------------------------------------------------------------ the three tools
 
     def tool_search(self, query: Any, limit: Any = None) -> types.CallToolResult:
-        """Names, summaries and scores of the best matches: `{"query", "outcome", "hits": [...]}`."""
+        """Names, summaries and scores of the best matches: `{"query", "outcome", "hits": [...]}`
+        (`SearchHit.to_result`: kept short, since it stays in the agent's context)."""
         try:
             if not isinstance(query, str):
                 raise _Corrective("invalid_arguments", "tool_search needs 'query' as a string of keywords.")
@@ -238,7 +240,7 @@ class MetaTools:
         payload = {
             "query": query,
             "outcome": "hit" if hits else "miss",
-            "hits": [hit.to_dict() for hit in hits],
+            "hits": [hit.to_result() for hit in hits],
         }
         return _structured(payload)
 
@@ -454,8 +456,9 @@ def without_upstream_stamps(result: ResultT) -> ResultT:
 
 
 def _structured(payload: dict[str, Any]) -> types.CallToolResult:
-    """Structured content plus the same JSON as text, for clients that read only text (MCP advice)."""
-    text = json.dumps(payload, ensure_ascii=False)
+    """Structured content plus the same JSON as text, for clients that read only text (MCP advice). The
+    text is compact JSON: it is what most agent CLIs put into the model's context."""
+    text = compact_json(payload)
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=payload)
 
 

@@ -71,6 +71,8 @@ LONG_BLEND_SHARE = 0.25
 """What the hybrid blend counts for in a long request's ranking (the rest is its step-by-step lexical score,
 normalised by its best): the model sees only MAX_EMBEDDED_STEPS steps, and filler sentences score
 moderate cosines with many tools."""
+SCORE_DECIMALS = 3
+"""Decimals of a score in an agent's search results (`SearchHit.to_result`)."""
 SELECT_PREFIX = "select:"
 """`select:NAME[,NAME...]` returns exactly those tools, unranked (the convention Claude's tool search uses)."""
 GROUP_DEPTH_FACTOR = 3
@@ -113,6 +115,7 @@ class SearchHit:
     lower and folded into this hit so they do not crowd out other capabilities; any of them can be expanded."""
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field, for people and scripts (`orchestrator tools search --json`)."""
         found: dict[str, Any] = {
             "name": self.name,
             "server": self.server,
@@ -120,6 +123,18 @@ class SearchHit:
             "summary": self.summary,
             "score": self.score,
         }
+        if self.alternatives:
+            found["alternatives"] = list(self.alternatives)
+        return found
+
+    def to_result(self) -> dict[str, Any]:
+        """What `tool_search` hands an agent: the name to expand or call (it starts with the server's), the
+        summary to choose by, the score to SCORE_DECIMALS places (scores only order the hits), alternatives.
+
+        Everything a search returns stays in the agent's context for the rest of its session: the server
+        and tool fields repeat the name, and a full-precision float costs about six tokens.
+        """
+        found: dict[str, Any] = {"name": self.name, "summary": self.summary, "score": round(self.score, SCORE_DECIMALS)}
         if self.alternatives:
             found["alternatives"] = list(self.alternatives)
         return found
