@@ -24,6 +24,7 @@ from orchestrator._meta_tools import (
     meta_tool_definitions,
 )
 from orchestrator.protocols.mcp._manager import MCPManager
+from orchestrator.protocols.mcp._schemas import SchemaLimits
 
 from .conftest import stdio_server_config
 
@@ -198,6 +199,22 @@ async def test_a_recursive_ref_or_absurdly_deep_arguments_are_answered_not_crash
         node = node["a"]
     refused = await meta.call_tool("alpha__echo", {"text": "x", "extra": deep})
     assert refused.is_error and "nested more than" in _text(refused)
+
+
+async def test_call_arguments_are_held_to_the_configured_depth(manager: MCPManager) -> None:
+    """`mcp.schema_max_depth` bounds call arguments too, as the manager hands it on (not a built-in 64)."""
+    from orchestrator import ToolCatalog as Catalog
+
+    schema = {"type": "object", "properties": {"text": {"type": "string"}}}
+    catalog = Catalog.from_lists({"alpha": [{"name": "echo", "description": "Echo.", "inputSchema": schema}]})
+    engine = ToolSearchEngine(catalog, ToolSearchSettings(ranking="lexical"))
+    nested: dict[str, Any] = {"a": {"b": {"c": {"d": {}}}}}  # 5 levels
+    default = MetaTools(engine, manager, full_catalog=catalog)
+    assert _text(await default.call_tool("alpha__echo", {"text": "ok", "extra": nested})) == "ok"
+    tight = MetaTools(engine, manager, full_catalog=catalog, schema_limits=SchemaLimits(max_depth=4))
+    refused = await tight.call_tool("alpha__echo", {"text": "ok", "extra": nested})
+    assert refused.is_error and "nested more than 4 levels deep" in _text(refused)
+    assert manager.schema_limits == SchemaLimits()  # the defaults of mcp.schema_max_depth / _bytes
 
 
 async def test_errors_carry_no_structured_content_that_an_output_schema_would_reject(manager: MCPManager) -> None:

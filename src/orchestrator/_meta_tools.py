@@ -193,6 +193,8 @@ class MetaTools:
             at the listed tools instead); a callable is asked at each error.
         names: maps a name the agent was given for a tool (a client's short name) to its qualified name;
             None when the agent sees qualified names only.
+        schema_limits: the configured `mcp.schema_max_depth` / `schema_max_bytes` (`MCPManager.schema_limits`);
+            call arguments nested deeper than its depth are refused before jsonschema recurses into them.
     """
 
     def __init__(
@@ -207,8 +209,10 @@ class MetaTools:
         offload: Offload | None = None,
         search_offered: bool | Callable[[], bool] = True,
         names: Callable[[str], str | None] | None = None,
+        schema_limits: SchemaLimits | None = None,
     ) -> None:
         self._engine = engine
+        self._limits = schema_limits or SchemaLimits()
         self._router = router
         self._full = full_catalog
         self._visibility = visibility
@@ -365,7 +369,7 @@ class MetaTools:
                 f"arguments for {entry.name} must be a JSON object, got {_kind(arguments)}. "
                 f"Expected: {_expected(entry.input_schema)}.",
             )
-        limits = SchemaLimits()
+        limits = self._limits
         if json_depth(args, limits.max_depth) > limits.max_depth:  # jsonschema recurses per level
             raise _Corrective(
                 "invalid_arguments",

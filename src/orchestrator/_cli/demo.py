@@ -96,7 +96,13 @@ async def _run(settings: Settings, query: str) -> int:
 
             profile = settings.agent("default")
             engine = ToolSearchEngine(lambda: catalog, settings.mcp.tool_search, telemetry=telemetry)
-            meta = MetaTools(engine, manager, visibility=ProfileFilter.from_profile(profile), agent="default")
+            meta = MetaTools(
+                engine,
+                manager,
+                visibility=ProfileFilter.from_profile(profile),
+                agent="default",
+                schema_limits=manager.schema_limits,
+            )
 
             _heading(4, f"tool_search({query!r})")
             found = meta.tool_search(query).structured_content or {}

@@ -391,6 +391,7 @@ class Gateway:
             offload=self.run_sync,
             search_offered=view.search_mode,
             names=view.qualified,
+            schema_limits=self.manager.schema_limits,
         )
         return _Context(spawn_id, expires, task, task_id, view, meta, recent)
 

@@ -89,7 +89,10 @@ class MCPManager:
         self.telemetry = telemetry if telemetry is not None else Telemetry()
         self._catalog: ToolCatalog | None = None
         self._catalog_version = -1
-        limits = SchemaLimits(max_depth=mcp_settings.schema_max_depth, max_bytes=mcp_settings.schema_max_bytes)
+        self.schema_limits = SchemaLimits(
+            max_depth=mcp_settings.schema_max_depth, max_bytes=mcp_settings.schema_max_bytes
+        )
+        """The configured bounds on a schema (and, in MetaTools, on call arguments)."""
         self._connections = {
             name: ServerConnection(
                 name,
@@ -98,7 +101,7 @@ class MCPManager:
                 cache=self._cache,
                 transport_factory=transport_factory,
                 telemetry=self.telemetry,
-                schema_limits=limits,
+                schema_limits=self.schema_limits,
             )
             for name, config in self._configs.items()
             if config.enabled
