@@ -72,7 +72,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             report["first_search_s"] = time.perf_counter() - started
             report["first_search_at"] = time.time()  # wall clock, for latency measured by the launcher
             report["search"] = found
-            hits = [hit for hit in found.get("hits", []) if hit.get("tool") == args.tool]
+            hits = [
+                hit
+                for hit in found.get("hits", [])
+                if hit.get("name") == args.tool or str(hit.get("name")).endswith("__" + args.tool)
+            ]
             if not hits:
                 report["error"] = f"tool_search did not find {args.tool!r}"
                 return report
