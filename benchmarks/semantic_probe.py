@@ -1,15 +1,18 @@
-"""How the hybrid defaults were chosen: weight and floor grids over the engine's own BM25, development sets only.
+"""Hybrid ranking replayed outside the engine: weight and floor grids over its own BM25, development sets only.
 
     .venv/bin/python benchmarks/semantic_probe.py [--cache DIR] [--quick]
 
 For each development set (../shared/data/retrieval) the engine's lexical index (`LexicalIndex`, the tuned
 BM25 of ranking.py) scores every query, and the embedding model scores every tool text (`entry_text`)
-against the query's sentences (`query_sentences`); hybrid rankings are then made exactly as `HybridBlend`
-makes them (`blend`, `admitted`, `LexicalIndex.top`) for a grid of weights and floors, and scored with
-evaluation.py (hit@5, MRR over the top 100). A query over the engine's 1,000-character limit counts as a
-miss, as in the engine. The weight rule is also run on random halves of every set (chosen on one half,
-measured on the other) to show how it carries over to unseen queries. Then the floor is checked against
-off-topic requests and paraphrases on the 590 real tools (../shared/data/catalogs).
+against the query's sentences (`query_sentences`); hybrid rankings are then made as the engine makes them
+(`blend`, `admitted`, `LexicalIndex.top`, plus NAMED_SERVER_BONUS for a named server) for a grid of weights
+and floors, and scored with evaluation.py (hit@5, MRR over the top 100). A query over MAX_QUERY_CHARS
+counts as a miss; the engine ranks the few development requests over LONG_QUERY_CHARS step by step,
+which this replay does not. `hybrid_cv.py` builds on `score_set`, `at_share` and `report` here to choose
+the defaults. This script's own weight rule (the MiniLM-era choice) is also run on random halves of every
+set, chosen on one half and measured on the other, to show how it carries over to unseen queries. Then
+the floor is checked against off-topic requests and paraphrases on the 590 real tools
+(../shared/data/catalogs).
 
 Tool and query vectors are cached in --cache (default: the user cache dir's `orchestrator/probe`), so a
 second run takes seconds. The end-to-end figures (the engine itself, next to lexical and rank-bm25) are
