@@ -156,6 +156,15 @@ def test_hybrid_ranks_by_meaning_where_lexical_ranks_by_shared_words(
     assert names(hybrid.search(query))[0] == "github__create_issue"
 
 
+def test_a_request_in_another_language_is_answered_by_hybrid_and_missed_by_lexical(
+    loaded: EmbeddingRuntime, catalog: ToolCatalog
+) -> None:
+    query = "¿Qué hora es ahora en Madrid?"  # shares no word with any tool
+    assert ToolSearchEngine(catalog, ranking="lexical").search(query) == []
+    hybrid = ToolSearchEngine(catalog, PATIENT, ranking="hybrid", embeddings=loaded)
+    assert names(hybrid.search(query))[0] == "time__get_current_time"
+
+
 def test_an_off_topic_query_stays_a_miss_and_hybrid_pads_nothing(
     loaded: EmbeddingRuntime, catalog: ToolCatalog, reader: InMemoryMetricReader, telemetry: Telemetry
 ) -> None:
