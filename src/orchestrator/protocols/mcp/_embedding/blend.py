@@ -18,14 +18,17 @@ if TYPE_CHECKING:
     from . import EmbeddingRuntime
     from .vectors import ToolVectors
 
-__all__ = ["EMBED_MS_PER_TOKEN", "SYNC_EMBED_TEXTS", "HybridBlend"]
+__all__ = ["EMBED_MS_PER_TEXT", "EMBED_MS_PER_TOKEN", "SYNC_EMBED_TEXTS", "HybridBlend"]
 
 SYNC_EMBED_TEXTS = 32
 """At most this many uncached tool texts may be embedded inside a search (then also the token budget
 below must hold); more go to the background and searches answer lexically (`warming`) until done."""
 EMBED_MS_PER_TOKEN = 0.5
-"""CPU per token of one model run on one core here (35,754 tokens of the 590 real tools took ~19 s):
-uncached texts are embedded inside a search only when tokens x this fits `embedding_timeout_ms`."""
+"""CPU per all-MiniLM-L6-v2 token of one model run on one core here (35,754 tokens of the 590 real tools
+took ~19 s)."""
+EMBED_MS_PER_TEXT = 2.0
+"""USE multilingual v3's time per tool text on one core here (1.5-1.8 ms measured). Uncached texts are
+embedded inside a search only when tokens x EMBED_MS_PER_TOKEN + texts x this fits `embedding_timeout_ms`."""
 
 
 class _CatalogVectors:
@@ -147,7 +150,9 @@ class HybridBlend:
             raise vectors.warm_error
         texts = {keys[i]: state.texts[i] for i in missing}
         if len(texts) <= SYNC_EMBED_TEXTS:
-            estimate_ms = vectors.model.count_tokens(texts.values()) * EMBED_MS_PER_TOKEN
+            estimate_ms = (
+                vectors.model.count_tokens(texts.values()) * EMBED_MS_PER_TOKEN + len(texts) * EMBED_MS_PER_TEXT
+            )
             if estimate_ms <= self.timeout_ms:
                 state.matrix = vectors.embed_keys(keys, state.texts)
                 return
