@@ -18,10 +18,10 @@ import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -91,6 +91,13 @@ def expand_vars(value: str) -> str:
     return _VAR_PATTERN.sub(replace, value)
 
 
+_Expanded = Annotated[str, AfterValidator(expand_vars)]
+"""A setting whose `${VAR}` references are expanded (`expand_vars`) once it is validated."""
+_ExpandedList = Annotated[list[str], AfterValidator(lambda items: [expand_vars(item) for item in items])]
+_ExpandedMap = Annotated[dict[str, str], AfterValidator(lambda pairs: {k: expand_vars(v) for k, v in pairs.items()})]
+"""Lists and maps expand every value; an unset variable is reported at the setting itself (`...env`)."""
+
+
 class _Model(BaseModel):
     """Strict base: unknown keys are errors, so a typo never silently falls back to a default."""
 
@@ -102,15 +109,15 @@ class ServerConfig(_Model):
 
     transport: Literal["stdio", "http", "sse"] = "stdio"
     """stdio: a child process; http: streamable HTTP at `url`; sse: the older HTTP+SSE transport."""
-    command: str | None = None
+    command: _Expanded | None = None
     """Program to start (stdio). `python`/`python3` mean the interpreter running orchestrator."""
-    args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
+    args: _ExpandedList = Field(default_factory=list)
+    env: _ExpandedMap = Field(default_factory=dict)
     """Extra environment for the child process; values may reference `${VAR}` (redacted in `config show`)."""
-    cwd: str | None = None
-    url: str | None = None
+    cwd: _Expanded | None = None
+    url: _Expanded | None = None
     """Endpoint for http and sse, e.g. `http://127.0.0.1:8000/mcp`."""
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: _ExpandedMap = Field(default_factory=dict)
     """HTTP headers for http and sse (redacted in `config show`)."""
     enabled: bool = True
     startup_timeout_s: float = Field(15.0, gt=0)
@@ -136,21 +143,6 @@ class ServerConfig(_Model):
     """Name of another server this one is a copy of (the same service behind another address): their
     identical tools become one entry, callable on either. Without it, an identical tool on another
     server never answers for this one's names (a server cannot shadow another)."""
-
-    @field_validator("command", "cwd", "url", mode="after")
-    @classmethod
-    def _expand_scalar(cls, value: str | None) -> str | None:
-        return None if value is None else expand_vars(value)
-
-    @field_validator("args", mode="after")
-    @classmethod
-    def _expand_args(cls, value: list[str]) -> list[str]:
-        return [expand_vars(item) for item in value]
-
-    @field_validator("env", "headers", mode="after")
-    @classmethod
-    def _expand_mapping(cls, value: dict[str, str]) -> dict[str, str]:
-        return {key: expand_vars(item) for key, item in value.items()}
 
     @model_validator(mode="after")
     def _transport_needs(self) -> ServerConfig:
@@ -325,7 +317,7 @@ class AgentProfile(_Model):
     tool_search: ToolSearchOverrides = Field(default_factory=ToolSearchOverrides)
     command: list[str] | None = None
     """CLI agents: argv template; placeholders {task}, {mcp_config}, {mcp_url}, {tools_prompt}, {prompt_file}."""
-    env: dict[str, str] = Field(default_factory=dict)
+    env: _ExpandedMap = Field(default_factory=dict)
     timeout_s: float = Field(600.0, gt=0)
     client: Literal["claude-code", "codex", "api"] | None = None
     """The client that consumes this profile's tools: it decides the prefix put before every tool name
@@ -335,18 +327,13 @@ class AgentProfile(_Model):
     """The exact text this profile's client puts before each tool name, `{server}` standing for
     `gateway.server_name` (for a client other than the kinds above); wins over `client`."""
 
-    @field_validator("env", mode="after")
-    @classmethod
-    def _expand_env(cls, value: dict[str, str]) -> dict[str, str]:
-        return {key: expand_vars(item) for key, item in value.items()}
-
 
 class GatewaySettings(_Model):
     """`gateway:` the MCP gateway served by `orchestrator serve`."""
 
     host: str = "127.0.0.1"
     port: int = Field(8931, ge=0, le=65535)
-    token: str | None = None
+    token: _Expanded | None = None
     """Bearer token; required when `host` is not a loopback address. May reference `${VAR}`."""
     workers: int = Field(4, ge=0, le=64)
     """Threads that run tool search, expand and embedding off the event loop, so one slow ranking never
@@ -356,7 +343,7 @@ class GatewaySettings(_Model):
     Code and Codex put `mcp__<server_name>__` before every tool name and model APIs allow 64 characters,
     so a shorter name leaves the tools more room. Letters, digits, `-` and single `_` (a `__` would break
     the clients' `mcp__server__tool` split); at most 24 characters."""
-    signing_key: str | None = None
+    signing_key: _Expanded | None = None
     """Key that signs spawn credentials (HS256, at least 32 characters; may reference `${VAR}`). Replicas
     that serve each other's spawns share it. Unset: a random key per process (one gateway only)."""
     signing_key_file: Path | None = None
@@ -372,11 +359,6 @@ class GatewaySettings(_Model):
     spawn_log: Path | None = None
     """JSON-lines file the gateway appends one line to per finished spawn (its rounds, searches, expands,
     calls and session tokens in both modes), read by `orchestrator tune`. Unset: no log (docs/metrics.md)."""
-
-    @field_validator("token", "signing_key", mode="after")
-    @classmethod
-    def _expand_token(cls, value: str | None) -> str | None:
-        return None if value is None else expand_vars(value)
 
     @field_validator("signing_key_file", mode="before")
     @classmethod
@@ -398,7 +380,7 @@ class StoreSettings(_Model):
     """`store:` where state that outlives one gateway replica is kept: task histories, the spawn log and
     revoked spawn credentials."""
 
-    url: str | None = None
+    url: _Expanded | None = None
     """None: files under the cache root (`mcp.cache_dir`), enough for replicas on one machine.
     `redis://[:password@]host:port/db` (or `rediss://`, `unix://`): Redis, for replicas on several
     machines. May reference `${VAR}` (redacted in `config show`)."""
@@ -407,10 +389,9 @@ class StoreSettings(_Model):
 
     @field_validator("url", mode="after")
     @classmethod
-    def _expand_url(cls, value: str | None) -> str | None:
+    def _redis_url(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        value = expand_vars(value)
         if not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError(f"{value.split(':', 1)[0]!r} is not a store: use redis://, rediss:// or unix://")
         return value
@@ -419,12 +400,7 @@ class StoreSettings(_Model):
 class OTLPSettings(_Model):
     endpoint: str = "http://127.0.0.1:4318"
     protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"
-    headers: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("headers", mode="after")
-    @classmethod
-    def _expand_headers(cls, value: dict[str, str]) -> dict[str, str]:
-        return {key: expand_vars(item) for key, item in value.items()}
+    headers: _ExpandedMap = Field(default_factory=dict)
 
 
 class PrometheusSettings(_Model):
