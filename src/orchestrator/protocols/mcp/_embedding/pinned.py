@@ -1,4 +1,5 @@
-"""Model files are read only after their sha256 matches the pinned one; failures become one log line.
+"""Model files come from installed registry packages and are read only after their sha256 matches the
+pinned one; failures become one log line.
 
 Shared by both models of the sentence vectors (`model`, `multilingual`).
 """
@@ -6,13 +7,29 @@ Shared by both models of the sentence vectors (`model`, `multilingual`).
 from __future__ import annotations
 
 import hashlib
+import importlib
 from pathlib import Path
 
 from ...._errors import SemanticUnavailable
 
-__all__ = ["check_hash", "one_line"]
+__all__ = ["check_hash", "one_line", "package_folder"]
 
 _HASH_CHUNK = 1 << 20
+
+
+def package_folder(module: str, what: str) -> Path:
+    """The folder of the installed package `module` (which ships `what`, named in the error).
+
+    Raises:
+        SemanticUnavailable: `missing_extra` when the package is not installed.
+    """
+    try:
+        package = importlib.import_module(module)
+    except ImportError as exc:
+        raise SemanticUnavailable(
+            "missing_extra", f"the {what} package is not installed ({exc}); pip install 'orchestrator[semantic]'"
+        ) from exc
+    return Path(str(package.__file__)).resolve().parent
 
 
 def check_hash(path: Path, expected: str, what: str) -> None:
