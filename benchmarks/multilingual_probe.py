@@ -61,14 +61,16 @@ def evaluate(scored: Scored, cosines: list[np.ndarray], weight: float | None, fl
     """weight None: lexical; otherwise the engine's blend and floor over these cosines."""
     names = [entry.name for entry in scored.catalog]
     rankings: list[list[str] | None] = []
-    for lexical, matched, cos in zip(scored.lexical, scored.matched, cosines, strict=True):
-        if lexical is None or matched is None:
+    for lexical, blend_lexical, matched, cos in zip(
+        scored.lexical, scored.blend_lexical, scored.matched, cosines, strict=True
+    ):
+        if lexical is None or blend_lexical is None or matched is None:
             rankings.append(None)
             continue
         if weight is None:
             top = LexicalIndex.top(lexical, np.flatnonzero(matched), MRR_DEPTH)
         else:
-            scores = blend(lexical, cos, weight).astype(np.float64)
+            scores = blend(blend_lexical, cos, weight).astype(np.float64)
             top = LexicalIndex.top(scores, np.flatnonzero(admitted(matched, cos, floor)), MRR_DEPTH)
         rankings.append([names[doc] for doc, _ in top])
     return evaluate_rankings(scored.catalog, scored.queries, rankings, K)

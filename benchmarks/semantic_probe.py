@@ -36,7 +36,7 @@ from orchestrator.protocols.mcp._embedding.model import MINILM_DIMENSION, MULTIL
 from orchestrator.protocols.mcp._embedding.rules import admitted, blend, entry_text, query_sentences
 from orchestrator.protocols.mcp._embedding.vectors import ToolVectors
 from orchestrator.protocols.mcp._evaluation import MRR_DEPTH, EvalQuery, EvalReport, evaluate_rankings, load_queries
-from orchestrator.protocols.mcp._ranking import LexicalIndex
+from orchestrator.protocols.mcp._ranking import BLEND_BM25_K1, LexicalIndex
 from orchestrator.protocols.mcp._search import LONG_QUERY_CHARS, MAX_QUERY_CHARS, NAMED_SERVER_BONUS
 
 K = 5
@@ -87,7 +87,11 @@ class Scored:
     name: str
     catalog: ToolCatalog
     queries: list[EvalQuery]
+    index: LexicalIndex
     lexical: list[np.ndarray | None]  # None: over the length limit (the engine refuses it)
+    """Per query, the lexical ranking's BM25 (BM25_K1)."""
+    blend_lexical: list[np.ndarray | None]
+    """Per query, the BM25 hybrid ranking blends (BLEND_BM25_K1; `with_blend_k1` tries another)."""
     matched: list[np.ndarray | None]
     cosines: list[np.ndarray | None]
     named: list[np.ndarray | None]
@@ -110,6 +114,16 @@ def at_share(scored: Scored, share: float) -> Scored:
         None if part is None else ((1.0 - share) * part[0] + share * part[1]).max(axis=0) for part in scored.parts
     ]
     return replace(scored, cosines=cosines)
+
+
+def with_blend_k1(scored: Scored, k1: float) -> Scored:
+    """The set as if BLEND_BM25_K1 were `k1` (same documents and terms, so the same matches)."""
+    index = scored.index.with_k1(k1)
+    blend_lexical = [
+        None if lexical is None else index.scores(index.query_terms(query.query.strip()))[0]
+        for query, lexical in zip(scored.queries, scored.lexical, strict=True)
+    ]
+    return replace(scored, blend_lexical=blend_lexical)
 
 
 def score_set(name: str, scorer: ToolVectors, quick: bool) -> Scored:
@@ -137,23 +151,24 @@ def score_set(name: str, scorer: ToolVectors, quick: bool) -> Scored:
         query_vectors = np.stack([vectors[part] for part in query_sentences(text)])
         lexical.append(scores), matched.append(mask), cosines.append(scorer.model.similarities(query_vectors, tools))
         parts.append(split_cosines(query_vectors, tools))
-    return Scored(name, catalog, queries, lexical, matched, cosines, named, parts)
+    scored = Scored(name, catalog, queries, index, lexical, lexical, matched, cosines, named, parts)
+    return with_blend_k1(scored, BLEND_BM25_K1)
 
 
 def report(scored: Scored, weight: float | None, floor: float) -> EvalReport:
     """weight None: the engine's lexical ranking; 1.0 with floor -1: the model alone."""
     names = [entry.name for entry in scored.catalog]
     rankings: list[list[str] | None] = []
-    for lexical, matched, cosines, named in zip(
-        scored.lexical, scored.matched, scored.cosines, scored.named, strict=True
+    for lexical, blend_lexical, matched, cosines, named in zip(
+        scored.lexical, scored.blend_lexical, scored.matched, scored.cosines, scored.named, strict=True
     ):
-        if lexical is None or matched is None or cosines is None or named is None:
+        if lexical is None or blend_lexical is None or matched is None or cosines is None or named is None:
             rankings.append(None)
             continue
         if weight is None:
             top = LexicalIndex.top(lexical, np.flatnonzero(matched), MRR_DEPTH)
         else:
-            scores = blend(lexical, cosines, weight).astype(np.float64) + NAMED_SERVER_BONUS * named
+            scores = blend(blend_lexical, cosines, weight).astype(np.float64) + NAMED_SERVER_BONUS * named
             top = LexicalIndex.top(scores, np.flatnonzero(admitted(matched, cosines, floor)), MRR_DEPTH)
         rankings.append([names[doc] for doc, _ in top])
     return evaluate_rankings(scored.catalog, scored.queries, rankings, K)
@@ -183,6 +198,7 @@ def subset(scored: Scored, ids: list[int]) -> Scored:
         scored,
         queries=pick(scored.queries),
         lexical=pick(scored.lexical),
+        blend_lexical=pick(scored.blend_lexical),
         matched=pick(scored.matched),
         cosines=pick(scored.cosines),
         named=pick(scored.named),
@@ -246,7 +262,7 @@ def main() -> int:
     table(["floor", *SETS, "mean"], [[f"{f:.2f}", *cells(weight, f)] for f in FLOORS])
 
     real = ToolCatalog.from_snapshot(CATALOGS)
-    real_index = LexicalIndex(real.entries)
+    real_index = LexicalIndex(real.entries).with_k1(BLEND_BM25_K1)
     real_tools = scorer.embed_tools({entry.name: entry_text(entry) for entry in real})
     tools = [entry.tool for entry in real]
     print(

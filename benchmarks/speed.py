@@ -14,7 +14,9 @@ sets (long ones: about 20 words; the first N of each set up to 1,000 characters,
   best and median of --repeats more. Copies repeat the real tools' texts, and
   the analyzer caches per text, so the 10,000-tool build analyses 590 tools' texts (and 10,000 names) once;
   the "unique text" line builds stabletoolbench's 2,403 real tools, where nothing repeats. "rebuild" is the
-  index after one server's tools changed (the event a gateway sees), with the analyzer kept.
+  index after one server's tools changed (the event a gateway sees), with the analyzer kept. A hybrid
+  engine also scores the same postings with BLEND_BM25_K1 (`LexicalIndex.with_k1`, no text analysed):
+  its best time is the "+ hybrid's BM25" column, and the build target holds for the sum.
 - plan: `plan_tools` on the unchanged 590-tool catalog (cached per catalog version and settings), and the
   first, uncached plan.
 
@@ -60,6 +62,7 @@ from _common import (
 )
 from orchestrator import Settings, SpawnPlanner, ToolCatalog, ToolSearchEngine, ToolSearchSettings
 from orchestrator.protocols.mcp._evaluation import load_queries
+from orchestrator.protocols.mcp._ranking import BLEND_BM25_K1
 from orchestrator.protocols.mcp._search import LONG_QUERY_CHARS
 
 SIZES = (100, 1_000, 10_000)
@@ -122,6 +125,7 @@ def main() -> int:
     speedup: dict[int, float] = {}
     build: dict[int, tuple[float, float, float]] = {}
     identical: dict[int, int] = {}
+    blend_build: dict[int, float] = {}
     for size in SIZES:
         catalog = ToolCatalog.from_lists(replicated_lists(size))
         build[size] = build_ms(catalog, args.repeats)
@@ -129,6 +133,12 @@ def main() -> int:
         index = engine._current().index  # the engine's own index: the baseline scores the same documents
         assert index.bm25 is not None
         index.bm25.doc_freqs  # noqa: B018  # built once here, not inside the baseline's timings
+        rescoring = []
+        for _ in range(args.repeats):
+            started = time.perf_counter()
+            index.with_k1(BLEND_BM25_K1)
+            rescoring.append(time.perf_counter() - started)
+        blend_build[size] = min(rescoring) * 1000
         for text in texts[:10]:  # warm-up
             engine.search(text, K)
         ours, theirs = [], []
@@ -155,6 +165,7 @@ def main() -> int:
                 f"{speedup[size]:.0f}x",
                 f"{same}/{len(texts)}",
                 f"{build[size][0]:.0f} / {build[size][1]:.0f} / {build[size][2]:.0f}",
+                f"{blend_build[size]:.0f}",
             ]
         )
     table(
@@ -166,6 +177,7 @@ def main() -> int:
             "speed-up",
             "identical scores",
             "index build ms first / best / median",
+            "+ hybrid's BM25 ms",
         ],
         rows,
     )
@@ -230,6 +242,10 @@ def main() -> int:
         (
             f"index build at 10,000 tools {build[10_000][1]:.0f} ms (best of {args.repeats}) <= {TARGET_BUILD_MS:.0f} ms",
             build[10_000][1] <= TARGET_BUILD_MS,
+        ),
+        (
+            f"with hybrid's BM25 (`with_k1`) {build[10_000][1] + blend_build[10_000]:.0f} ms <= {TARGET_BUILD_MS:.0f} ms",
+            build[10_000][1] + blend_build[10_000] <= TARGET_BUILD_MS,
         ),
         (f"plan on an unchanged catalog {plan_ms:.3f} ms <= {TARGET_PLAN_MS} ms", plan_ms <= TARGET_PLAN_MS),
     ]

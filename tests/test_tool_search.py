@@ -15,7 +15,15 @@ from orchestrator._errors import ExpandError, SearchQueryError, ToolNotFoundErro
 from orchestrator._telemetry import SEARCH_INVOCATIONS
 from orchestrator.protocols.mcp._catalog import ToolCatalog
 from orchestrator.protocols.mcp._evaluation import evaluate, load_queries
-from orchestrator.protocols.mcp._ranking import Analyzer, FieldWeights, LexicalIndex, split_words, tool_document
+from orchestrator.protocols.mcp._ranking import (
+    BLEND_BM25_K1,
+    BM25_K1,
+    Analyzer,
+    FieldWeights,
+    LexicalIndex,
+    split_words,
+    tool_document,
+)
 from orchestrator.protocols.mcp._search import (
     LONG_QUERY_CHARS,
     MAX_QUERY_CHARS,
@@ -163,6 +171,50 @@ def test_scores_equal_rank_bm25_get_scores_on_every_document(shared_data: Path) 
         scores, candidates = index.scores(terms)
         assert np.array_equal(scores, index.bm25.get_scores(terms))
         assert set(candidates.tolist()) == {i for i, doc in enumerate(index.bm25.doc_freqs) if set(terms) & set(doc)}
+
+
+def test_an_index_with_another_k1_scores_as_one_built_with_it_and_leaves_the_original_alone(
+    shared_data: Path,
+) -> None:
+    catalog = ToolCatalog.from_snapshot(shared_data / "retrieval" / "api-bank" / "tools.json")
+    index = LexicalIndex(catalog.entries)
+    blended = index.with_k1(BLEND_BM25_K1)
+    built = LexicalIndex(catalog.entries, k1=BLEND_BM25_K1)
+    assert index.bm25 is not None and blended.bm25 is not None
+    assert (index.bm25.k1, blended.bm25.k1, blended.bm25.b) == (BM25_K1, BLEND_BM25_K1, index.bm25.b)
+    for query in ["add a meeting to my agenda", "what is the weather tomorrow", "delete my account"]:
+        terms = index.query_terms(query)
+        scores, candidates = blended.scores(terms)
+        assert np.array_equal(scores, built.scores(terms)[0])
+        assert np.array_equal(scores, blended.bm25.get_scores(terms))
+        assert np.array_equal(candidates, index.scores(terms)[1])
+        assert not np.array_equal(scores, index.scores(terms)[0])
+        assert np.array_equal(index.scores(terms)[0], index.bm25.get_scores(terms))
+
+
+class _Passing:
+    """A blend that ranks by the BM25 it is handed, keeping it."""
+
+    def __init__(self) -> None:
+        self.lexical: list[np.ndarray] = []
+
+    def prepare(self, catalog: ToolCatalog) -> None:
+        pass
+
+    def blend(self, query: str, lexical: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        self.lexical.append(lexical)
+        return lexical, candidates
+
+
+def test_hybrid_blends_bm25_with_the_blend_k1_and_lexical_ranking_keeps_its_own(catalog: ToolCatalog) -> None:
+    blend = _Passing()
+    hybrid = ToolSearchEngine(catalog, ranking="hybrid", blend=blend)
+    query = "create a pull request on github"
+    hybrid.search(query)
+    index = LexicalIndex(catalog.entries, k1=BLEND_BM25_K1)
+    assert np.array_equal(blend.lexical[0], index.scores(index.query_terms(query))[0])
+    lexical = ToolSearchEngine(catalog, ranking="lexical").search(query)
+    assert [hit.score for hit in lexical] != [hit.score for hit in hybrid.search(query)]
 
 
 def test_the_index_scores_like_a_plain_bm25okapi_given_the_weighted_words_as_repeats(catalog: ToolCatalog) -> None:

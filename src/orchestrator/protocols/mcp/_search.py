@@ -25,7 +25,7 @@ from ..._config import ToolSearchSettings
 from ..._errors import ExpandError, SearchQueryError, SemanticUnavailable, ToolNotFoundError
 from ..._telemetry import FALLBACK_KINDS, Telemetry
 from ._catalog import ToolCatalog, ToolEntry
-from ._ranking import FORM_PREFIX, Analyzer, LexicalIndex
+from ._ranking import BLEND_BM25_K1, FORM_PREFIX, Analyzer, LexicalIndex
 
 if TYPE_CHECKING:
     from ._embedding import EmbeddingRuntime
@@ -166,6 +166,8 @@ class _State:
 
     catalog: ToolCatalog
     index: LexicalIndex
+    blend_index: LexicalIndex
+    """The same index scoring with BLEND_BM25_K1: what hybrid ranking blends (`index` when there is no blend)."""
     twins: dict[int, frozenset[int]]
     """Each tool's equivalents on other servers (`_equivalents`), for tools that have any."""
 
@@ -269,7 +271,8 @@ class ToolSearchEngine:
                 index = LexicalIndex(catalog.entries, self._analyzer)
                 # Equivalent tools are only looked for when results fold them (a tenth of a 10,000-tool build).
                 twins = _equivalents(catalog.entries, index) if self._settings.group_equivalents else {}
-                state = _State(catalog, index, twins)
+                blend_index = index.with_k1(BLEND_BM25_K1) if self._blend is not None else index
+                state = _State(catalog, index, blend_index, twins)
                 if self._blend is not None:
                     self._blend.prepare(catalog)
                 self._state = state
@@ -349,26 +352,22 @@ class ToolSearchEngine:
         kind: the one place ranking happens. A blend that raises leaves the lexical ranking (fail open).
 
         A query over LONG_QUERY_CHARS is ranked step by step (`_long_scores`): each tool scores its best
-        step, and the blend embeds only the steps that match some tool best."""
-        terms: list[str] = []
-        if len(query) > LONG_QUERY_CHARS:
-            scores, candidates, focus = _long_scores(state.index, query)
-        else:
-            terms = state.index.query_terms(query)
-            scores, candidates = state.index.scores(terms)
-            focus = query
+        step, and the blend embeds only the steps that match some tool best. The blend gets BM25 with
+        BLEND_BM25_K1 (`state.blend_index`); lexical ranking, fail-open included, is BM25 with BM25_K1."""
         if self._blend is None:
+            scores, candidates, _focus, _terms = _lexical_scores(state.index, query)
             return scores, candidates, "lexical", self._fallback
+        scores, candidates, focus, terms = _lexical_scores(state.blend_index, query)
         try:
             blended, admitted = self._blend.blend(focus, scores, candidates)
         except SemanticUnavailable as exc:  # logged once by the scorer; counted here on every search
             kind = exc.kind if exc.kind in FALLBACK_KINDS else "blend_failed"
-            return scores, candidates, "lexical", kind
+            return *_lexical_scores(state.index, query)[:2], "lexical", kind
         except Exception:  # boundary: a ranking failure must never reach the agent
             if not self._blend_failure_logged:
                 self._blend_failure_logged = True
                 log.warning("hybrid ranking failed; answering with lexical ranking", exc_info=True)
-            return scores, candidates, "lexical", "blend_failed"
+            return *_lexical_scores(state.index, query)[:2], "lexical", "blend_failed"
         if focus is not query:
             # A long request: the model saw only its best steps, so its opinion counts less here.
             top = float(scores[candidates].max()) if candidates.size else 0.0
@@ -452,6 +451,15 @@ def request_steps(query: str) -> list[str]:
         size = -(-len(steps) // MAX_STEPS)
         steps = [" ".join(steps[i : i + size]) for i in range(0, len(steps), size)]
     return steps
+
+
+def _lexical_scores(index: LexicalIndex, query: str) -> tuple[np.ndarray, np.ndarray, str, list[str]]:
+    """BM25 scores of `query` for every document, its candidates, the text a blend embeds (a long request's
+    best steps, `_long_scores`; else the query) and the query's terms ([] for a long request)."""
+    if len(query) > LONG_QUERY_CHARS:
+        return (*_long_scores(index, query), [])
+    terms = index.query_terms(query)
+    return (*index.scores(terms), query, terms)
 
 
 def _long_scores(index: LexicalIndex, query: str) -> tuple[np.ndarray, np.ndarray, str]:
