@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/semantic_probe.py [--cache DIR] [--quick]
 
 For each development set (../shared/data/retrieval) the engine's lexical index (`LexicalIndex`, the tuned
-BM25 of ranking.py) scores every query, and the embedding model scores every tool text (`entry_text`)
+BM25 of ranking.py) scores every query, at BM25_K1 for the lexical ranking and at BLEND_BM25_K1 for the
+blend (`with_blend_k1` tries another), and the embedding model scores every tool text (`entry_text`)
 against the query's sentences (`query_sentences`); hybrid rankings are then made as the engine makes them
 (`blend`, `admitted`, `LexicalIndex.top`, plus NAMED_SERVER_BONUS for a named server) for a grid of weights
 and floors, and scored with evaluation.py (hit@5, MRR over the top 100). A query over MAX_QUERY_CHARS
