@@ -45,6 +45,8 @@ import gc
 import os
 import tempfile
 import time
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 import numpy as np
 
@@ -78,6 +80,7 @@ TARGET_LONG_MS = 60.0
 LONG_QUERIES = 30
 TARGET_COLD_S = 10.0
 TARGET_CACHE_MS = 100.0
+T = TypeVar("T")
 
 
 def queries(per_set: int) -> list[str]:
@@ -90,6 +93,16 @@ def queries(per_set: int) -> list[str]:
 
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:.3f}"
+
+
+def timings(call: Callable[[T], object], inputs: Iterable[T]) -> list[float]:
+    """Wall time (s) of `call(item)` for each of `inputs`, in order."""
+    times = []
+    for item in inputs:
+        started = time.perf_counter()
+        call(item)
+        times.append(time.perf_counter() - started)
+    return times
 
 
 def build_ms(catalog: ToolCatalog, repeats: int) -> tuple[float, float, float]:
@@ -133,11 +146,7 @@ def main() -> int:
         index = engine._current().index  # the engine's own index: the baseline scores the same documents
         assert index.bm25 is not None
         index.bm25.doc_freqs  # noqa: B018  # built once here, not inside the baseline's timings
-        rescoring = []
-        for _ in range(args.repeats):
-            started = time.perf_counter()
-            index.with_k1(BLEND_BM25_K1)
-            rescoring.append(time.perf_counter() - started)
+        rescoring = timings(lambda _: index.with_k1(BLEND_BM25_K1), range(args.repeats))  # noqa: B023  # called here
         blend_build[size] = min(rescoring) * 1000
         for text in texts[:10]:  # warm-up
             engine.search(text, K)
@@ -213,11 +222,7 @@ def main() -> int:
     started = time.perf_counter()
     first = planner.plan_tools(real, settings)
     first_ms = (time.perf_counter() - started) * 1000
-    plans = []
-    for _ in range(200):
-        started = time.perf_counter()
-        planner.plan_tools(real, settings)
-        plans.append(time.perf_counter() - started)
+    plans = timings(lambda _: planner.plan_tools(real, settings), range(200))
     plan_ms = median(plans) * 1000
     print(
         f"plan_tools, 590 real tools ({first.mode} mode): first {first_ms:.0f} ms, unchanged catalog p50 {plan_ms:.3f} ms"
@@ -321,11 +326,7 @@ def hybrid_speed(texts: list[str]) -> list[tuple[str, bool]]:
     from retrieval import long_requests
 
     long_texts = [text for text, _steps in long_requests(load_set("mcp-catalogs"))][:LONG_QUERIES]
-    long_times = []
-    for text in long_texts:
-        started = time.perf_counter()
-        hybrid.search(text, K)
-        long_times.append(time.perf_counter() - started)
+    long_times = timings(lambda text: hybrid.search(text, K), long_texts)
     long_p50 = median(long_times) * 1000
     print(
         f"long requests ({len(long_texts)}, {min(map(len, long_texts)):,}-{max(map(len, long_texts)):,} characters) "
