@@ -14,7 +14,7 @@ validated against a schema (`_meta_tools`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -276,11 +276,7 @@ def _subschemas(pointer: str, node: Mapping[str, Any]) -> Iterator[tuple[str, An
         if isinstance(members, Mapping):
             for name, member in members.items():
                 yield f"{pointer}/{key}/{_escape(str(name))}", member
-    for key in _SCHEMA_LISTS:
-        members = node.get(key)
-        if isinstance(members, list | tuple):
-            for index, member in enumerate(members):
-                yield f"{pointer}/{key}/{index}", member
+    yield from _list_members(pointer, node, _SCHEMA_LISTS)
     for key in _SCHEMA_SINGLE:
         if isinstance(node.get(key), Mapping):
             yield f"{pointer}/{key}", node[key]
@@ -294,12 +290,17 @@ def _lookup(root: Mapping[str, Any], pointer: str) -> Any:
     return node
 
 
-def _same_instance_children(pointer: str, node: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
-    for key in _SAME_INSTANCE_LISTS:
+def _list_members(pointer: str, node: Mapping[str, Any], keys: Iterable[str]) -> Iterator[tuple[str, Any]]:
+    """Each member of the lists `node` holds under `keys`, with its pointer."""
+    for key in keys:
         members = node.get(key)
         if isinstance(members, list | tuple):
             for index, member in enumerate(members):
                 yield f"{pointer}/{key}/{index}", member
+
+
+def _same_instance_children(pointer: str, node: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    yield from _list_members(pointer, node, _SAME_INSTANCE_LISTS)
     for key in _SAME_INSTANCE_SINGLE:
         if key in node:
             yield f"{pointer}/{key}", node[key]
