@@ -59,8 +59,8 @@ from orchestrator._config import GatewaySettings, MCPSettings, ServerConfig, Set
 from orchestrator._gateway import Gateway
 from orchestrator._history import TaskHistory
 from orchestrator._telemetry import SEARCH_INVOCATIONS, Telemetry
-from orchestrator.protocols.mcp._embedding import EmbeddingRuntime
 from orchestrator.protocols.mcp._manager import MCPManager
+from orchestrator.search._embedding import EmbeddingRuntime
 
 SCRIPT = Path(__file__).resolve()
 HERE = SCRIPT.parent

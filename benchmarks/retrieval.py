@@ -40,11 +40,11 @@ from typing import Any
 from _common import CATALOGS, DEV_SETS, RETRIEVAL, SETS, anchor_rankers, fallbacks, report_targets, table
 from orchestrator import EmbeddingRuntime, Settings, Telemetry, ToolCatalog, ToolSearchEngine, ToolSearchSettings
 from orchestrator._errors import SearchQueryError
-from orchestrator.protocols.mcp import _ranking as ranking
 from orchestrator.protocols.mcp._catalog import read_snapshot
-from orchestrator.protocols.mcp._evaluation import MRR_DEPTH, EvalQuery, EvalReport, evaluate_rankings, load_queries
-from orchestrator.protocols.mcp._ranking import Analyzer, FieldWeights, LexicalIndex
-from orchestrator.protocols.mcp._search import MAX_QUERY_CHARS
+from orchestrator.search import _lexical as ranking
+from orchestrator.search._engine import MAX_QUERY_CHARS
+from orchestrator.search._evaluation import MRR_DEPTH, EvalQuery, EvalReport, evaluate_rankings, load_queries
+from orchestrator.search._lexical import Analyzer, FieldWeights, LexicalIndex
 
 K = 5
 ANCHOR_DEPTH = 10
@@ -383,7 +383,7 @@ def long_requests(data: DevSet) -> list[tuple[str, list[EvalQuery]]]:
 def long_benchmark(data: DevSet, hybrid: Hybrid | None) -> None:
     """Step recall of long requests: the share of steps with a gold tool in the top 8 (`search_limit`) and
     top 10, ranked whole (the text as one query, as before) and step by step (the engine now); p50/max ms."""
-    from orchestrator.protocols.mcp import _search
+    from orchestrator.search import _engine as _search
 
     requests = long_requests(data)
     rows: list[list[str]] = []

@@ -63,9 +63,9 @@ from _common import (
     table,
 )
 from orchestrator import Settings, SpawnPlanner, ToolCatalog, ToolSearchEngine, ToolSearchSettings
-from orchestrator.protocols.mcp._evaluation import load_queries
-from orchestrator.protocols.mcp._ranking import BLEND_BM25_K1
-from orchestrator.protocols.mcp._search import LONG_QUERY_CHARS
+from orchestrator.search._engine import LONG_QUERY_CHARS
+from orchestrator.search._evaluation import load_queries
+from orchestrator.search._lexical import BLEND_BM25_K1
 
 SIZES = (100, 1_000, 10_000)
 K = 8
@@ -266,9 +266,9 @@ def hybrid_speed(texts: list[str]) -> list[tuple[str, bool]]:
 
     from orchestrator import EmbeddingRuntime, Telemetry
     from orchestrator._telemetry import SEARCH_INVOCATIONS
-    from orchestrator.protocols.mcp._embedding.model import EMBED_WORKERS, MAX_TOKENS, SemanticScorer
-    from orchestrator.protocols.mcp._embedding.rules import entry_text
-    from orchestrator.protocols.mcp._embedding.vectors import ToolVectors
+    from orchestrator.search._embedding.model import EMBED_WORKERS, MAX_TOKENS, SemanticScorer
+    from orchestrator.search._embedding.rules import entry_text
+    from orchestrator.search._embedding.vectors import ToolVectors
 
     print(f"\nHybrid ranking (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; other work shares them)")
     started = time.perf_counter()

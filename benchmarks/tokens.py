@@ -4,7 +4,7 @@
 
 Catalog: ../shared/data/catalogs (29 real servers, 590 tools), then growing subsets of its servers in name
 order. Tokens are cl100k_base counts of exactly what is sent (the rule in
-src/orchestrator/protocols/mcp/_tokens.py: each definition as compact JSON `{name, description,
+src/orchestrator/_tokens.py: each definition as compact JSON `{name, description,
 input_schema}`, summed; the prompt section as text), with the default `mcp.tool_search` settings.
 
 - per spawn: the baseline sends every definition (`full_tokens`); search mode sends the header, the
@@ -30,8 +30,8 @@ from mcp.types import CallToolResult, TextContent
 
 from _common import CATALOGS, report_targets, table
 from orchestrator import MetaTools, Settings, SpawnPlan, SpawnPlanner, ToolCatalog, ToolSearchEngine, ToolSearchSettings
+from orchestrator._tokens import compact_json, count_tokens
 from orchestrator.protocols.mcp._catalog import read_snapshot
-from orchestrator.protocols.mcp._tokens import compact_json, count_tokens
 
 ROUNDS = 25
 SEARCH_ROUNDS = (1, 6, 11, 16, 21)

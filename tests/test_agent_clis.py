@@ -31,8 +31,8 @@ from typer.testing import CliRunner
 
 from orchestrator._cli import app
 from orchestrator._formats import render_tools
+from orchestrator._tokens import compact_json, count_tokens
 from orchestrator.protocols.mcp._catalog import ToolCatalog
-from orchestrator.protocols.mcp._tokens import compact_json, count_tokens
 
 from .conftest import server_script
 from .interop.harness import (

@@ -42,10 +42,10 @@ def test_the_error_tree_is_exported_whole() -> None:
 def test_every_module_below_the_package_is_internal() -> None:
     for info in pkgutil.walk_packages(orchestrator.__path__, prefix="orchestrator."):
         parts = info.name.split(".")[1:]
-        if parts == ["protocols"] or parts == ["protocols", "mcp"]:
+        if parts in (["protocols"], ["protocols", "mcp"], ["search"]):
             continue  # namespaces only: each says so and holds only `_` modules
         assert any(part.startswith("_") for part in parts), f"{info.name} is public by path; prefix it with _"
-    for namespace in ("orchestrator.protocols", "orchestrator.protocols.mcp"):
+    for namespace in ("orchestrator.protocols", "orchestrator.protocols.mcp", "orchestrator.search"):
         module = importlib.import_module(namespace)
         assert not [name for name in vars(module) if not name.startswith("_") and name != "mcp"], namespace
 

@@ -28,8 +28,8 @@ from orchestrator._config import AgentProfile, GatewaySettings, ServerConfig, Se
 from orchestrator._errors import ConfigError, OrchestratorError
 from orchestrator._gateway import Gateway, GatewayClient, check_bind, is_loopback, mcp_config
 from orchestrator._gateway.client import GatewayAuthError
+from orchestrator._tokens import count_definition_tokens
 from orchestrator.protocols.mcp._manager import MCPManager
-from orchestrator.protocols.mcp._tokens import count_definition_tokens
 
 from .conftest import stdio_server_config
 

@@ -35,8 +35,8 @@ from orchestrator._gateway import Gateway
 from orchestrator._history import TaskHistory
 from orchestrator._planning import task_key
 from orchestrator.protocols.mcp._catalog import ToolCatalog
-from orchestrator.protocols.mcp._embedding import EmbeddingRuntime
 from orchestrator.protocols.mcp._manager import MCPManager
+from orchestrator.search._embedding import EmbeddingRuntime
 
 HELD_LIMIT_S = 30.0
 # A held search gives up after this long (it fails the test instead of hanging the worker thread).

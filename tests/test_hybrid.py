@@ -37,11 +37,11 @@ from orchestrator import (
     ToolSearchSettings,
 )
 from orchestrator._telemetry import SEARCH_INVOCATIONS
-from orchestrator.protocols.mcp import _embedding as embedding
-from orchestrator.protocols.mcp._embedding import blend as blend_module
-from orchestrator.protocols.mcp._embedding.model import EXTRA_MODULES, MODEL_SHA256, SemanticScorer
-from orchestrator.protocols.mcp._embedding.rules import entry_text
-from orchestrator.protocols.mcp._embedding.store import CACHE_NAME
+from orchestrator.search import _embedding as embedding
+from orchestrator.search._embedding import blend as blend_module
+from orchestrator.search._embedding.model import EXTRA_MODULES, MODEL_SHA256, SemanticScorer
+from orchestrator.search._embedding.rules import entry_text
+from orchestrator.search._embedding.store import CACHE_NAME
 
 _MISSING = [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
 if _MISSING:  # found without importing: onnxruntime must first be imported by the runtime (telemetry off)
@@ -198,7 +198,7 @@ class _Recording:
 def test_a_long_request_is_answered_by_hybrid_embedding_only_a_few_steps(
     loaded: EmbeddingRuntime, catalog: ToolCatalog, reader: InMemoryMetricReader, telemetry: Telemetry
 ) -> None:
-    from orchestrator.protocols.mcp._search import LONG_QUERY_CHARS, MAX_EMBEDDED_STEPS
+    from orchestrator.search._engine import LONG_QUERY_CHARS, MAX_EMBEDDED_STEPS
 
     filler = "Our squad has been busy this quarter and everybody is tired. " * 12
     text = f"{filler}First, {PARAPHRASE}. {filler}Then take a screenshot of the current page. {filler}"

@@ -21,9 +21,9 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from orchestrator import EmbeddingRuntime, Settings, Telemetry, ToolCatalog, ToolSearchEngine, ToolSearchSettings
 from orchestrator._errors import OrchestratorError, SemanticUnavailable
 from orchestrator._telemetry import FALLBACK_KINDS, SEARCH_INVOCATIONS
-from orchestrator.protocols.mcp._embedding import model as model_module
-from orchestrator.protocols.mcp._embedding import rules, store
-from orchestrator.protocols.mcp._embedding.model import (
+from orchestrator.search._embedding import model as model_module
+from orchestrator.search._embedding import rules, store
+from orchestrator.search._embedding.model import (
     DIMENSION,
     EXTRA_MODULES,
     MAX_TOKENS,
@@ -31,10 +31,10 @@ from orchestrator.protocols.mcp._embedding.model import (
     MULTILINGUAL_SHARE,
     SemanticScorer,
 )
-from orchestrator.protocols.mcp._embedding.multilingual import MULTILINGUAL_SHA256, MultilingualEncoder
-from orchestrator.protocols.mcp._embedding.rules import admitted, blend, query_sentences, tool_text
-from orchestrator.protocols.mcp._embedding.vectors import ToolVectors
-from orchestrator.protocols.mcp._ranking import split_words
+from orchestrator.search._embedding.multilingual import MULTILINGUAL_SHA256, MultilingualEncoder
+from orchestrator.search._embedding.rules import admitted, blend, query_sentences, tool_text
+from orchestrator.search._embedding.vectors import ToolVectors
+from orchestrator.search._lexical import split_words
 
 MISSING_EXTRA = [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
 

@@ -188,7 +188,7 @@ def test_searches_through_the_real_engine_are_counted_once_without_the_query(
     reader: InMemoryMetricReader, meter_provider: MeterProvider
 ) -> None:
     from orchestrator.protocols.mcp._catalog import ToolCatalog
-    from orchestrator.protocols.mcp._search import ToolSearchEngine
+    from orchestrator.search._engine import ToolSearchEngine
 
     spans = InMemorySpanExporter()
     tracer_provider = TracerProvider()

@@ -8,7 +8,7 @@ import pytest
 import tiktoken
 
 from orchestrator._errors import TokenizerError
-from orchestrator.protocols.mcp._tokens import (
+from orchestrator._tokens import (
     TokenCounter,
     compact_json,
     count_definition_tokens,

@@ -14,17 +14,7 @@ from orchestrator._config import ToolSearchSettings
 from orchestrator._errors import ExpandError, SearchQueryError, ToolNotFoundError
 from orchestrator._telemetry import SEARCH_INVOCATIONS
 from orchestrator.protocols.mcp._catalog import ToolCatalog
-from orchestrator.protocols.mcp._evaluation import evaluate, load_queries
-from orchestrator.protocols.mcp._ranking import (
-    BLEND_BM25_K1,
-    BM25_K1,
-    Analyzer,
-    FieldWeights,
-    LexicalIndex,
-    split_words,
-    tool_document,
-)
-from orchestrator.protocols.mcp._search import (
+from orchestrator.search._engine import (
     LONG_QUERY_CHARS,
     MAX_QUERY_CHARS,
     MAX_STEPS,
@@ -32,6 +22,16 @@ from orchestrator.protocols.mcp._search import (
     SearchHit,
     ToolSearchEngine,
     request_steps,
+)
+from orchestrator.search._evaluation import evaluate, load_queries
+from orchestrator.search._lexical import (
+    BLEND_BM25_K1,
+    BM25_K1,
+    Analyzer,
+    FieldWeights,
+    LexicalIndex,
+    split_words,
+    tool_document,
 )
 
 

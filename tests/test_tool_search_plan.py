@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from orchestrator._config import ToolSearchSettings
+from orchestrator._directory import DIRECTORY_HEADER
 from orchestrator._errors import TokenizerError
 from orchestrator._planning import META_TOOL_DEFINITIONS, plan_tools
+from orchestrator._tokens import count_definition_tokens, count_tokens
 from orchestrator.protocols.mcp._catalog import ToolCatalog
-from orchestrator.protocols.mcp._directory import DIRECTORY_HEADER
-from orchestrator.protocols.mcp._tokens import count_definition_tokens, count_tokens
 
 from .test_tool_search import TOOLS
 

@@ -56,9 +56,9 @@ _EXPORTS: dict[str, str] = {
     # the catalog and tool search
     "ToolCatalog": ".protocols.mcp._catalog",
     "ToolEntry": ".protocols.mcp._catalog",
-    "ToolSearchEngine": ".protocols.mcp._search",
-    "SearchHit": ".protocols.mcp._search",
-    "EmbeddingRuntime": ".protocols.mcp._embedding",
+    "ToolSearchEngine": ".search._engine",
+    "SearchHit": ".search._engine",
+    "EmbeddingRuntime": ".search._embedding",
     # planning
     "ToolPlan": "._planning",
     "SpawnPlan": "._planning",
@@ -118,10 +118,10 @@ if _TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__`
     from ._telemetry import Telemetry, setup_telemetry
     from .protocols.mcp._catalog import ToolCatalog, ToolEntry
     from .protocols.mcp._connection import ServerState, ServerStatus
-    from .protocols.mcp._embedding import EmbeddingRuntime
     from .protocols.mcp._manager import MCPManager
-    from .protocols.mcp._search import SearchHit, ToolSearchEngine
     from .protocols.mcp._transports import TransportFactory
+    from .search._embedding import EmbeddingRuntime
+    from .search._engine import SearchHit, ToolSearchEngine
 
 
 def __getattr__(name: str) -> _Any:

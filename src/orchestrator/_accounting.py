@@ -12,7 +12,7 @@ once, run concurrently or one after the other); any later call starts a new batc
 model round, and the last round (the answer) calls nothing, so `rounds = batches + 1`. `tools/list` is
 never a round of its own: a client lists before the round that uses the list.
 
-The cost model (tokens of the tools part of each request; the counting rule is `protocols/mcp/_tokens.py`):
+The cost model (tokens of the tools part of each request; the counting rule is `_tokens.py`):
 
     full mode     every round sends every definition the profile sees:   rounds_full x full_tokens
     search mode   every round sends the search base (directory prompt, the three meta-tools, the pinned

@@ -238,8 +238,8 @@ async def _cold_gateway(
 
     Its admin secret exists only in this process (never written, never given to the agent), so the
     agent reaches nothing but its own spawn endpoint, whose credential carries its profile."""
-    from .protocols.mcp._embedding import EmbeddingRuntime
     from .protocols.mcp._manager import MCPManager
+    from .search._embedding import EmbeddingRuntime
 
     history = TaskHistory.from_settings(settings)  # in the shared store: later spawns see what this one called
     servers = profile_servers(settings, profile)

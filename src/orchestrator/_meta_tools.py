@@ -46,10 +46,10 @@ from ._errors import (
     ToolNotFoundError,
 )
 from ._planning import CALL_TOOL, EXPAND_TOOLS, META_TOOL_DEFINITIONS, META_TOOL_NAMES, TOOL_SEARCH
+from ._tokens import compact_json
 from .protocols.mcp._catalog import ToolCatalog, ToolEntry
 from .protocols.mcp._schemas import SchemaLimits, json_depth, schema_problem
-from .protocols.mcp._search import ToolSearchEngine
-from .protocols.mcp._tokens import compact_json
+from .search._engine import ToolSearchEngine
 
 __all__ = [
     "CALL_TOOL",

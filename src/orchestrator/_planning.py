@@ -2,7 +2,7 @@
 
     plan_tools(catalog, settings, counter) -> ToolPlan
         full    every definition is sent: `enabled` is false, or they cost <= `threshold_tokens`
-        search  the fixed header + a compact directory (protocols/mcp/_directory.py), the three meta-tool
+        search  the fixed header + a compact directory (_directory.py), the three meta-tool
                 definitions (`tool_search`, `expand_tools`, `call_tool`) and the pinned tools in full
 
     A catalog of more than `max_tools` tools goes to search mode whatever its tokens: a provider
@@ -30,10 +30,10 @@ from typing import Any, Literal
 
 from ._clients import client_kind, client_rules
 from ._config import AgentProfile, Settings, ToolSearchSettings
+from ._directory import DIRECTORY_HEADER, Directory, build_directory
 from ._telemetry import Telemetry
+from ._tokens import TokenCounter, compact_json
 from .protocols.mcp._catalog import ToolCatalog, ToolEntry
-from .protocols.mcp._directory import DIRECTORY_HEADER, Directory, build_directory
-from .protocols.mcp._tokens import TokenCounter, compact_json
 
 __all__ = [
     "CALL_TOOL",

@@ -38,7 +38,7 @@ async def _run(settings: Settings, query: str) -> int:
     from .._planning import ProfileFilter, SpawnPlanner
     from .._telemetry import telemetry_session
     from ..protocols.mcp._manager import MCPManager, ServerState
-    from ..protocols.mcp._search import ToolSearchEngine
+    from ..search._engine import ToolSearchEngine
 
     failures = 0
     telemetry_config = TelemetrySettings(exporter="prometheus", prometheus={"host": "127.0.0.1", "port": 0})

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .._config import Settings
     from .._planning import SpawnPlan
     from .._telemetry import Telemetry
-    from ..protocols.mcp._embedding import EmbeddingRuntime
+    from ..search._embedding import EmbeddingRuntime
 
 __all__ = ["register"]
 
@@ -134,7 +134,7 @@ def register(app: typer.Typer) -> None:
         import anyio
 
         from .._telemetry import telemetry_session
-        from ..protocols.mcp._embedding import EmbeddingRuntime
+        from ..search._embedding import EmbeddingRuntime
 
         settings = loaded_config(ctx).settings
         settings.agent(agent)

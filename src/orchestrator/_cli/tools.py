@@ -106,8 +106,8 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOption = False,
     ) -> None:
         """Rank tools for a request, best first: name, server, score and summary (no schemas)."""
-        from ..protocols.mcp._embedding import EmbeddingRuntime
-        from ..protocols.mcp._search import ToolSearchEngine
+        from ..search._embedding import EmbeddingRuntime
+        from ..search._engine import ToolSearchEngine
 
         settings = loaded_config(ctx).settings
         tools = load_catalog(settings, catalog, quiet=as_json)
@@ -134,7 +134,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOption = False,
     ) -> None:
         """Full definitions (name, description, input schema), exactly as a model receives them."""
-        from ..protocols.mcp._search import ToolSearchEngine
+        from ..search._engine import ToolSearchEngine
 
         settings = loaded_config(ctx).settings
         engine = ToolSearchEngine(load_catalog(settings, catalog, quiet=as_json), settings.mcp.tool_search)
@@ -203,9 +203,9 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOption = False,
     ) -> None:
         """Ranking quality on a query set: hit@1, hit@k, recall@k and MRR (hit@k: any gold tool in the top k)."""
-        from ..protocols.mcp._embedding import EmbeddingRuntime
-        from ..protocols.mcp._evaluation import evaluate, load_queries
-        from ..protocols.mcp._search import ToolSearchEngine
+        from ..search._embedding import EmbeddingRuntime
+        from ..search._engine import ToolSearchEngine
+        from ..search._evaluation import evaluate, load_queries
 
         settings = loaded_config(ctx).settings
         query_list = load_queries(queries)

@@ -59,9 +59,9 @@ from .._spawnlog import SpawnLog
 from .._store import MemoryStore, Store
 from .._telemetry import Telemetry
 from ..protocols.mcp._catalog import ToolCatalog
-from ..protocols.mcp._embedding import EmbeddingRuntime
 from ..protocols.mcp._normalization import MIN_NAME_LENGTH
-from ..protocols.mcp._search import ToolSearchEngine
+from ..search._embedding import EmbeddingRuntime
+from ..search._engine import ToolSearchEngine
 from .app import SCOPE_KEY, SERVER_NAME, mcp_config, serve
 from .auth import CredentialError, Credentials, SpawnClaims, SpawnClosedError, SpawnLimitError
 from .proxy import UpstreamProxy, resource_uris

@@ -1,8 +1,9 @@
 """The MCP layer (internal; import from `orchestrator`).
 
 _manager, _connection, _transports   live connections to the configured servers
+_schemas                             what a usable tool schema is (depth, size, `$ref` cycles)
 _normalization, _catalog             unique, stable, provider-safe names; the catalog value
-_ranking, _search, _embedding        BM25 and hybrid ranking, tool_search and expand_tools
-_tokens, _directory                  token counts; the compact directory of search mode
-_cache, _evaluation                  the warm-start tool-list cache; ranking evaluation
+_cache                               the warm-start tool-list cache
+
+Ranking lives in `orchestrator.search`; token counts and the directory next to planning.
 """

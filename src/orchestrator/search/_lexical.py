@@ -24,7 +24,7 @@ import numpy as np
 import Stemmer
 from rank_bm25 import BM25Okapi
 
-from ._catalog import ToolEntry
+from ..protocols.mcp._catalog import ToolEntry
 
 __all__ = [
     "BLEND_BM25_K1",

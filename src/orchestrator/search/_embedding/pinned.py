@@ -10,7 +10,7 @@ import hashlib
 import importlib
 from pathlib import Path
 
-from ...._errors import SemanticUnavailable
+from ..._errors import SemanticUnavailable
 
 __all__ = ["check_hash", "one_line", "package_folder"]
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...._errors import SemanticUnavailable
+from ..._errors import SemanticUnavailable
 from .pinned import one_line
 
 if TYPE_CHECKING:

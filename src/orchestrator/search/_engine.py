@@ -1,6 +1,6 @@
 """Tool search: exact names and `select:`, BM25 ranking, the hybrid blend, and expand_tools.
 
-    ToolSearchEngine(catalog).search(query)      exact name / `select:NAME` first, then BM25 (_ranking.py),
+    ToolSearchEngine(catalog).search(query)      exact name / `select:NAME` first, then BM25 (_lexical.py),
                                                  blended with embeddings for hybrid ranking (_embedding/)
     ToolSearchEngine(catalog).expand_tools(names) full definitions, refused over `max_expand`
 
@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
-from ..._config import ToolSearchSettings
-from ..._errors import ExpandError, SearchQueryError, SemanticUnavailable, ToolNotFoundError
-from ..._telemetry import FALLBACK_KINDS, Telemetry
-from ._catalog import ToolCatalog, ToolEntry
-from ._ranking import BLEND_BM25_K1, FORM_PREFIX, Analyzer, LexicalIndex
+from .._config import ToolSearchSettings
+from .._errors import ExpandError, SearchQueryError, SemanticUnavailable, ToolNotFoundError
+from .._telemetry import FALLBACK_KINDS, Telemetry
+from ..protocols.mcp._catalog import ToolCatalog, ToolEntry
+from ._lexical import BLEND_BM25_K1, FORM_PREFIX, Analyzer, LexicalIndex
 
 if TYPE_CHECKING:
     from ._embedding import EmbeddingRuntime
@@ -564,7 +564,7 @@ def _find_blend(
     owned = None
     try:
         if embeddings is None:
-            from ..._config import Settings
+            from .._config import Settings
             from ._embedding import EmbeddingRuntime
 
             embeddings = owned = EmbeddingRuntime.from_settings(Settings())

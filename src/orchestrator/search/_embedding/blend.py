@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...._errors import SemanticUnavailable
+from ..._errors import SemanticUnavailable
 from .rules import admitted, blend, entry_text
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-    from ...._config import ToolSearchSettings
-    from .._catalog import ToolCatalog
+    from ..._config import ToolSearchSettings
+    from ...protocols.mcp._catalog import ToolCatalog
     from . import EmbeddingRuntime
     from .vectors import ToolVectors
 

@@ -22,7 +22,7 @@ from .warmer import Warmer
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-    from ...._errors import SemanticUnavailable
+    from ..._errors import SemanticUnavailable
 
 __all__ = ["ToolVectors"]
 

@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..._errors import CatalogError, SearchQueryError
-from ._catalog import ToolCatalog
+from .._errors import CatalogError, SearchQueryError
+from ..protocols.mcp._catalog import ToolCatalog
 
 __all__ = ["MRR_DEPTH", "EvalQuery", "EvalReport", "evaluate", "evaluate_rankings", "load_queries"]
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._cache import atomic_write
+from ...protocols.mcp._cache import atomic_write
 from .model import DIMENSION
 
 if TYPE_CHECKING:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...._errors import SemanticUnavailable
+from ..._errors import SemanticUnavailable
 from .multilingual import MULTILINGUAL_DIMENSION, MULTILINGUAL_PACKAGE, MULTILINGUAL_SHA256, MultilingualEncoder
 from .pinned import check_hash, one_line, package_folder
 from .rules import MULTILINGUAL_DESCRIPTION_WORDS, multilingual_text, query_sentences

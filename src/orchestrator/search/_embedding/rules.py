@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._ranking import split_words
+from .._lexical import split_words
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-    from .._catalog import ToolEntry
+    from ...protocols.mcp._catalog import ToolEntry
 
 __all__ = [
     "DESCRIPTION_WORDS",
@@ -45,7 +45,7 @@ all-MiniLM-L6-v2 reads, this raised hybrid hit@5 on mcp-catalogs by 0.016 and on
 moved no set down by more than 0.002 (docs/tool-search.md)."""
 MAX_QUERY_SENTENCES = 16
 """Sentences of one request embedded separately. The engine ranks requests over 1,000 characters step by
-step and hands the blend only their best few steps (`_search.MAX_EMBEDDED_STEPS`), so this bounds the rest."""
+step and hands the blend only their best few steps (`_engine.MAX_EMBEDDED_STEPS`), so this bounds the rest."""
 
 _SENTENCE_BREAK = re.compile(r"(?<=[.?!])\s+|\n+")
 

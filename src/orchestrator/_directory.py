@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ._catalog import ToolCatalog, ToolEntry
-from ._ranking import STOPWORDS, Analyzer, split_words
 from ._tokens import count_tokens
+from .protocols.mcp._catalog import ToolCatalog, ToolEntry
+from .search._lexical import STOPWORDS, Analyzer, split_words
 
 __all__ = ["DIRECTORY_HEADER", "Directory", "DirectoryLevel", "build_directory", "topic_words"]
 

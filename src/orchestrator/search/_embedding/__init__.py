@@ -24,13 +24,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ...._errors import SemanticUnavailable
+from ..._errors import SemanticUnavailable
 from .blend import HybridBlend
 from .model import EXTRA_MODULES, SemanticScorer
 from .vectors import ToolVectors
 
 if TYPE_CHECKING:
-    from ...._config import Settings, ToolSearchSettings
+    from ..._config import Settings, ToolSearchSettings
 
 __all__ = ["EmbeddingRuntime", "HybridBlend", "SemanticScorer", "SemanticUnavailable", "ToolVectors"]
 

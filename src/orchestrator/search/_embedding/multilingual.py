@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...._errors import SemanticUnavailable
+from ..._errors import SemanticUnavailable
 from .pinned import check_hash, one_line, package_folder
 
 if TYPE_CHECKING:

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import tiktoken
 
-from ..._errors import TokenizerError
+from ._errors import TokenizerError
 
 if TYPE_CHECKING:
-    from ._catalog import ToolEntry
+    from .protocols.mcp._catalog import ToolEntry
 
 __all__ = [
     "OFFLINE_SUFFIX",
