@@ -55,8 +55,8 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from _common import CATALOGS, RETRIEVAL, percentile, report_targets, table, verdict
+from orchestrator import Gateway
 from orchestrator._config import GatewaySettings, MCPSettings, ServerConfig, Settings
-from orchestrator._gateway import Gateway
 from orchestrator._history import TaskHistory
 from orchestrator._telemetry import SEARCH_INVOCATIONS, Telemetry
 from orchestrator.protocols.mcp._manager import MCPManager

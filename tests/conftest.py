@@ -16,7 +16,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from orchestrator import Telemetry
+from orchestrator import MetaEvent, MetaTools, RankedTool, SearchEvent, Telemetry, ToolSearchEngine
 from orchestrator._config import ServerConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -82,6 +82,16 @@ def telemetry(meter_provider: MeterProvider) -> Telemetry:
 TEST_SERVERS_DIR = TESTS_DIR / "servers"
 HTTP_SERVER_START_TIMEOUT_S = 60.0
 """Importing the mcp SDK takes about 2 s of CPU; a loaded 2-core machine needs generous slack."""
+
+
+def agent_search(engine: ToolSearchEngine, query: str, k: int | None = None) -> list[RankedTool]:
+    """`tool_search` as an agent makes it: through `MetaTools`, which counts it on the engine's telemetry
+    (the engine alone counts nothing). The hits, best first."""
+    events: list[MetaEvent] = []
+    MetaTools(engine, listeners=[events.append]).tool_search(query, k)
+    [event] = events
+    assert isinstance(event, SearchEvent) and event.error is None, event
+    return list(event.hits)
 
 
 def server_script(name: str) -> str:

@@ -24,7 +24,7 @@ from mcp.client._memory import InMemoryTransport  # the SDK's in-memory transpor
 from mcp.client.streamable_http import streamable_http_client
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from orchestrator import Telemetry
+from orchestrator import Gateway, Telemetry
 from orchestrator._accounting import (
     BATCH_GAP_S,
     DEFAULT_SEARCH_RESULT_TOKENS,
@@ -37,7 +37,6 @@ from orchestrator._accounting import (
 )
 from orchestrator._config import AgentProfile, ServerConfig, Settings, ToolSearchOverrides
 from orchestrator._errors import ConfigError
-from orchestrator._gateway import Gateway
 from orchestrator._spawnlog import (
     FileSpawnLogStore,
     SpawnLog,

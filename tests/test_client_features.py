@@ -36,6 +36,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPDeprecationWarning
 
+from orchestrator import Gateway, SpawnPlanner
 from orchestrator._clients import client_kind
 from orchestrator._config import AgentProfile, ServerConfig, Settings
 from orchestrator._errors import ConfigError, OrchestratorError
@@ -50,9 +51,7 @@ from orchestrator._formats import (
     to_anthropic,
     to_openai,
 )
-from orchestrator._gateway import Gateway
 from orchestrator._launch import fill_command
-from orchestrator._planning import SpawnPlanner
 from orchestrator.protocols.mcp._catalog import ToolCatalog, read_snapshot
 from orchestrator.protocols.mcp._manager import MCPManager
 

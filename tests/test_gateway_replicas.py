@@ -30,7 +30,7 @@ import yaml
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from orchestrator._gateway import GatewayClient
+from orchestrator import GatewayClient
 from orchestrator._history import TaskHistory
 from orchestrator._store import FileStore, MemoryStore, RedisStore, Store, StoreError
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from orchestrator import Gateway
 from orchestrator._config import AgentProfile, GatewaySettings, ServerConfig, Settings, ToolSearchOverrides
-from orchestrator._gateway import Gateway
 from orchestrator._launch import SpawnSummary, spawn_agent
 from orchestrator.protocols.mcp._manager import MCPManager
 

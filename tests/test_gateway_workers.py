@@ -23,6 +23,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from orchestrator import Gateway
 from orchestrator._config import (
     AgentProfile,
     GatewaySettings,
@@ -31,7 +32,6 @@ from orchestrator._config import (
     ToolSearchOverrides,
     ToolSearchSettings,
 )
-from orchestrator._gateway import Gateway
 from orchestrator._history import TaskHistory
 from orchestrator._planning import task_key
 from orchestrator.protocols.mcp._catalog import ToolCatalog

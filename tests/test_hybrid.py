@@ -43,6 +43,8 @@ from orchestrator.search._embedding.model import EXTRA_MODULES, MODEL_SHA256, Se
 from orchestrator.search._embedding.rules import entry_text
 from orchestrator.search._embedding.store import CACHE_NAME
 
+from .conftest import agent_search
+
 _MISSING = [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
 if _MISSING:  # found without importing: onnxruntime must first be imported by the runtime (telemetry off)
     pytest.skip(f"the semantic extra is not installed ({', '.join(_MISSING)})", allow_module_level=True)
@@ -140,10 +142,10 @@ def counting(load: Callable[[], SemanticScorer]) -> tuple[Callable[[], SemanticS
 def test_hybrid_finds_a_tool_that_lexical_misses_on_a_paraphrase(
     loaded: EmbeddingRuntime, catalog: ToolCatalog, reader: InMemoryMetricReader, telemetry: Telemetry
 ) -> None:
-    assert ToolSearchEngine(catalog, ranking="lexical", telemetry=telemetry).search(PARAPHRASE) == []
+    assert agent_search(ToolSearchEngine(catalog, ranking="lexical", telemetry=telemetry), PARAPHRASE) == []
     engine = ToolSearchEngine(catalog, PATIENT, embeddings=loaded, telemetry=telemetry)  # auto, the default
     assert engine.ranking_used == "hybrid"
-    assert names(engine.search(PARAPHRASE))[:1] == ["playwright__browser_navigate"]
+    assert names(agent_search(engine, PARAPHRASE))[:1] == ["playwright__browser_navigate"]
     assert searches(reader) == {("miss", "lexical", None): 1, ("hit", "hybrid", None): 1}
 
 
@@ -169,8 +171,8 @@ def test_an_off_topic_query_stays_a_miss_and_hybrid_pads_nothing(
     loaded: EmbeddingRuntime, catalog: ToolCatalog, reader: InMemoryMetricReader, telemetry: Telemetry
 ) -> None:
     engine = ToolSearchEngine(catalog, PATIENT, ranking="hybrid", embeddings=loaded, telemetry=telemetry)
-    assert engine.search(OFF_TOPIC) == []  # no shared word, every cosine below the floor
-    hits = engine.search("read a file", k=8)
+    assert agent_search(engine, OFF_TOPIC) == []  # no shared word, every cosine below the floor
+    hits = agent_search(engine, "read a file", k=8)
     # One lexical match, and at most the one tool whose cosine reaches the floor (the screenshot tool takes a
     # file name): not topped up to eight with unrelated tools.
     assert names(hits)[0] == "files__read_file"
@@ -178,7 +180,7 @@ def test_an_off_topic_query_stays_a_miss_and_hybrid_pads_nothing(
     assert searches(reader) == {("miss", "hybrid", None): 1, ("hit", "hybrid", None): 1}
     no_floor = PATIENT.model_copy(update={"semantic_floor": -1.0})
     permissive = ToolSearchEngine(catalog, no_floor, ranking="hybrid", embeddings=loaded)
-    assert len(permissive.search(OFF_TOPIC, k=8)) == len(catalog)  # what the floor prevents
+    assert len(agent_search(permissive, OFF_TOPIC, k=8)) == len(catalog)  # what the floor prevents
 
 
 class _Recording:
@@ -205,7 +207,7 @@ def test_a_long_request_is_answered_by_hybrid_embedding_only_a_few_steps(
     assert len(text) > 2 * LONG_QUERY_CHARS
     recording = _Recording(loaded.create_blend(PATIENT))
     engine = ToolSearchEngine(catalog, PATIENT, blend=recording, telemetry=telemetry)
-    found = names(engine.search(text))
+    found = names(agent_search(engine, text))
     assert {"playwright__browser_navigate", "playwright__browser_take_screenshot"} <= set(found[:3])
     assert len(recording.queries[0].splitlines()) <= MAX_EMBEDDED_STEPS
     assert searches(reader) == {("hit", "hybrid", None): 1}
@@ -253,10 +255,11 @@ REFERENCE = {("hit", "lexical", None): 2, ("miss", "lexical", None): 1}
 
 
 def assert_lexical_answer(engine: ToolSearchEngine, catalog: ToolCatalog) -> None:
-    """`engine` answers two hits and a miss exactly as lexical ranking does."""
+    """`engine` answers two hits and a miss exactly as lexical ranking does (both searched as an agent would,
+    so both are counted)."""
     lexical = ToolSearchEngine(catalog, ranking="lexical", telemetry=engine.telemetry)
     for query in ("report a bug in the repository", PARAPHRASE, "read a file"):
-        assert engine.search(query) == lexical.search(query)
+        assert agent_search(engine, query) == agent_search(lexical, query)
 
 
 @pytest.mark.parametrize("ranking", ["auto", "hybrid"])
@@ -291,7 +294,7 @@ def test_embedding_switched_off_in_settings_answers_lexically(
     with EmbeddingRuntime.from_settings(settings) as runtime:
         engine = ToolSearchEngine(catalog, ranking="hybrid", embeddings=runtime, telemetry=telemetry)
         assert engine.ranking_used == "lexical"
-        assert engine.search(PARAPHRASE) == []
+        assert agent_search(engine, PARAPHRASE) == []
     assert searches(reader) == {("miss", "lexical", "disabled"): 1}
     assert not (tmp_path / "cache").exists()
 
@@ -348,9 +351,9 @@ def test_a_large_uncached_catalog_warms_in_the_background_while_searches_answer_
     big = big_catalog()
     before = model.texts_embedded
     engine = ToolSearchEngine(big, PATIENT, ranking="hybrid", embeddings=loaded, telemetry=telemetry)
-    assert engine.search(PARAPHRASE) == []  # lexical while the tools are embedded
+    assert agent_search(engine, PARAPHRASE) == []  # lexical while the tools are embedded
     assert engine.warm(timeout=120)
-    assert names(engine.search(PARAPHRASE))[:1] == ["playwright__browser_navigate"]
+    assert names(agent_search(engine, PARAPHRASE))[:1] == ["playwright__browser_navigate"]
     assert searches(reader) == {("miss", "lexical", "warming"): 1, ("hit", "hybrid", None): 1}
     assert loaded.vectors().texts_embedded == len(big)  # every tool once
     assert model.texts_embedded - before == len(big) + 1  # and one query
@@ -416,7 +419,7 @@ def test_closing_the_runtime_stops_background_embedding_and_saves_what_it_embedd
     assert vectors.wait(vectors.keys([shortest]), timeout=60)
     runtime.close()
     assert not vectors.warming  # the thread ended with its current step
-    assert engine.search(PARAPHRASE) == []  # a closed runtime: lexical, counted as disabled
+    assert agent_search(engine, PARAPHRASE) == []  # a closed runtime: lexical, counted as disabled
     assert searches(reader) == {("miss", "lexical", "disabled"): 1}
 
     with EmbeddingRuntime(folder, model=model) as restarted:
@@ -520,7 +523,7 @@ async def test_the_gateway_embeds_its_catalog_when_it_starts_so_the_first_search
             embedded = model.texts_embedded
             handle = gateway.open_spawn("what time is it", "default")
             assert handle.plan.mode == "search"
-            hits = gateway._view("default").engine.search("what time is it in Tokyo")
+            hits = agent_search(gateway._view("default").engine, "what time is it in Tokyo")
             assert names(hits)[0] in {"time__get_current_time", "time__convert_time"}
             assert searches(reader) == {("hit", "hybrid", None): 1}
             assert model.texts_embedded == embedded + 1  # the query only

@@ -13,7 +13,7 @@ from typing import Any
 import mcp.types as types
 import pytest
 
-from orchestrator import ProfileFilter, ToolSearchEngine
+from orchestrator import Caller, ProfileFilter, ToolSearchEngine
 from orchestrator._config import ServerConfig, Settings, ToolSearchSettings
 from orchestrator._meta_tools import (
     CALL_TOOL,
@@ -53,7 +53,7 @@ def _meta(manager: Any, rules: ProfileFilter | None = None, **kwargs: Any) -> Me
     full = manager.catalog()
     visible = rules.apply(full) if rules else full
     engine = ToolSearchEngine(visible, ToolSearchSettings(ranking="lexical"))
-    return MetaTools(engine, manager, full_catalog=full, visibility=rules, agent="tester", **kwargs)
+    return MetaTools(engine, manager, full_catalog=full, visibility=rules, caller=Caller(agent="tester"), **kwargs)
 
 
 def _text(result: types.CallToolResult) -> str:

@@ -36,6 +36,8 @@ from orchestrator.search._embedding.rules import admitted, blend, query_sentence
 from orchestrator.search._embedding.vectors import ToolVectors
 from orchestrator.search._lexical import split_words
 
+from .conftest import agent_search
+
 MISSING_EXTRA = [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
 
 TOOLS = {
@@ -460,7 +462,7 @@ def test_without_the_extra_or_when_switched_off_search_is_lexical_and_says_why(
         catalog = ToolCatalog.from_lists({"time": [{"name": "get_current_time", "description": "Current time"}]})
         engine = ToolSearchEngine(catalog, embeddings=runtime, telemetry=telemetry)  # auto
         assert engine.ranking_used == "lexical"
-        assert [hit.name for hit in engine.search("current time")] == ["time__get_current_time"]
+        assert [hit.name for hit in agent_search(engine, "current time")] == ["time__get_current_time"]
         assert search_points(reader) == [{"outcome": "hit", "ranking": "lexical", "fallback": kind}]
         assert runtime.model is None
     assert list(tmp_path.iterdir()) == []  # nothing loaded, nothing written

@@ -21,7 +21,8 @@ from orchestrator import (
     ToolCatalog,
 )
 from orchestrator._config import ToolSearchOverrides
-from orchestrator._planning import CALL_TOOL, fingerprint, task_key
+from orchestrator._meta_tools import CALL_TOOL
+from orchestrator._planning import fingerprint, task_key
 from orchestrator._telemetry import SPAWNS
 
 

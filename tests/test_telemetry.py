@@ -184,22 +184,22 @@ SMALL_CATALOG = {
 }
 
 
-def test_searches_through_the_real_engine_are_counted_once_without_the_query(
+def test_searches_through_the_meta_tools_are_counted_once_without_the_query(
     reader: InMemoryMetricReader, meter_provider: MeterProvider
 ) -> None:
-    from orchestrator.protocols.mcp._catalog import ToolCatalog
-    from orchestrator.search._engine import ToolSearchEngine
+    from orchestrator import MetaTools, ToolCatalog, ToolSearchEngine
 
     spans = InMemorySpanExporter()
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
     telemetry = Telemetry(meter_provider=meter_provider, tracer_provider=tracer_provider)
     engine = ToolSearchEngine(ToolCatalog.from_lists(SMALL_CATALOG), ranking="lexical", telemetry=telemetry)
+    meta = MetaTools(engine)  # counts on the engine's telemetry
 
-    assert engine.search("current time")
-    assert engine.search("working tree status")
-    assert engine.search("quantum pizza") == []
-    engine.expand_tools(["time__get_current_time", "git__git_status"])
+    assert meta.tool_search("current time").structured_content["hits"]  # type: ignore[index]
+    assert meta.tool_search("working tree status").structured_content["hits"]  # type: ignore[index]
+    assert meta.tool_search("quantum pizza").structured_content["hits"] == []  # type: ignore[index]
+    meta.expand_tools(["time__get_current_time", "git__git_status"])
 
     found = points(reader)
     # The engine says which ranking answered (see test_hybrid.py); hybrid stays at its zero.
@@ -213,6 +213,9 @@ def test_searches_through_the_real_engine_are_counted_once_without_the_query(
     recorded = [str(v) for series in found.values() for attributes, _ in series for v in attributes.values()]
     recorded += [str(v) for span_ in spans.get_finished_spans() for v in (span_.attributes or {}).values()]
     assert not any(word in text for text in recorded for word in ("current", "working", "quantum", "pizza"))
+    # The engine alone (the CLI, the Python API) ranks without counting: only agents' requests are counted.
+    assert engine.search("current time")
+    assert outcomes(points(reader)) == outcomes(found)
     tracer_provider.shutdown()
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from orchestrator import Telemetry
+from orchestrator import MetaTools, Telemetry
 from orchestrator._config import ToolSearchSettings
 from orchestrator._errors import ExpandError, SearchQueryError, ToolNotFoundError
 from orchestrator._telemetry import SEARCH_INVOCATIONS
@@ -517,10 +517,12 @@ def test_each_search_and_expand_is_counted_once(
     catalog: ToolCatalog, telemetry: Telemetry, reader: InMemoryMetricReader
 ) -> None:
     engine = ToolSearchEngine(catalog, ToolSearchSettings(ranking="lexical"), telemetry=telemetry)
-    engine.search("read a file")
-    engine.search("read a file")
-    engine.search("xylophone")
-    engine.expand_tools(["read_file", "write_file"])
+    meta = MetaTools(engine)
+    meta.tool_search("read a file")
+    meta.tool_search("read a file")
+    meta.tool_search("xylophone")
+    meta.expand_tools(["read_file", "write_file"])
+    assert meta.tool_search("").is_error  # refused, not a search
     with pytest.raises(SearchQueryError):
         engine.search("")
     counts: dict[str, float] = {}

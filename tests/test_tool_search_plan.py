@@ -9,7 +9,8 @@ import pytest
 from orchestrator._config import ToolSearchSettings
 from orchestrator._directory import DIRECTORY_HEADER
 from orchestrator._errors import TokenizerError
-from orchestrator._planning import META_TOOL_DEFINITIONS, plan_tools
+from orchestrator._meta_tools import META_TOOL_DEFINITIONS
+from orchestrator._planning import plan_tools
 from orchestrator._tokens import count_definition_tokens, count_tokens
 from orchestrator.protocols.mcp._catalog import ToolCatalog
 

@@ -65,13 +65,22 @@ _EXPORTS: dict[str, str] = {
     "SpawnPlanner": "._planning",
     "ProfileFilter": "._planning",
     "TaskHistory": "._history",
-    # meta-tools and provider formats
+    # meta-tools, their events and provider formats
     "MetaTools": "._meta_tools",
+    "MetaStats": "._meta_tools",
+    "CallRelay": "._meta_tools",
+    "Handled": "._meta_tools",
+    "MetaEvent": "._events",
+    "SearchEvent": "._events",
+    "ExpandEvent": "._events",
+    "CallEvent": "._events",
+    "Caller": "._events",
+    "RankedTool": "._events",
     "meta_tool_definitions": "._meta_tools",
     "render_tools": "._formats",
     # the gateway
     "Gateway": "._gateway.server",
-    "SpawnHandle": "._gateway.server",
+    "SpawnHandle": "._gateway.spawns",
     "GatewayClient": "._gateway.client",
     # telemetry
     "Telemetry": "._telemetry",
@@ -109,11 +118,13 @@ if _TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__`
         ToolNotFoundError,
         TransportError,
     )
+    from ._events import Caller, CallEvent, ExpandEvent, MetaEvent, RankedTool, SearchEvent
     from ._formats import render_tools
     from ._gateway.client import GatewayClient
-    from ._gateway.server import Gateway, SpawnHandle
+    from ._gateway.server import Gateway
+    from ._gateway.spawns import SpawnHandle
     from ._history import TaskHistory
-    from ._meta_tools import MetaTools, meta_tool_definitions
+    from ._meta_tools import CallRelay, Handled, MetaStats, MetaTools, meta_tool_definitions
     from ._planning import ProfileFilter, SpawnPlan, SpawnPlanner, ToolPlan
     from ._telemetry import Telemetry, setup_telemetry
     from .protocols.mcp._catalog import ToolCatalog, ToolEntry

@@ -43,6 +43,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ._events import CallEvent, ExpandEvent, MetaEvent, SearchEvent
+
 __all__ = [
     "BATCH_GAP_S",
     "DEFAULT_SEARCH_RESULT_TOKENS",
@@ -52,6 +54,7 @@ __all__ = [
     "SessionBasis",
     "SessionCost",
     "SessionRecorder",
+    "action_of",
     "break_even",
     "mean_search_result_tokens",
     "needed_tools",
@@ -129,6 +132,19 @@ class Action:
             tools=tuple((str(name), _count(tokens, f"action tools[{name}]")) for name, tokens in tools.items()),
             error=bool(data.get("error", False)),
         )
+
+
+def action_of(event: MetaEvent) -> Action:
+    """What one meta-tool request was, for the cost model: its kind, result tokens, what it found or handed
+    over, and whether the agent got an error."""
+    error = event.is_error
+    if isinstance(event, SearchEvent):
+        return Action("search", result_tokens=event.result_tokens, hits=None if error else len(event.hits), error=error)
+    if isinstance(event, ExpandEvent):
+        return Action("expand", result_tokens=event.result_tokens, tools=() if error else event.tools, error=error)
+    assert isinstance(event, CallEvent)
+    called = (event.tool,) if event.tool is not None else ()
+    return Action("call", result_tokens=event.result_tokens, tools=called, error=error)
 
 
 @dataclass(frozen=True)

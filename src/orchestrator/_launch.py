@@ -30,8 +30,8 @@ import anyio
 
 from ._config import AgentProfile, Settings
 from ._errors import ConfigError
-from ._gateway import Gateway, GatewayClient
-from ._gateway.client import GatewayAuthError
+from ._gateway.client import GatewayAuthError, GatewayClient
+from ._gateway.server import Gateway
 from ._history import TaskHistory
 from ._planning import matches_any
 from ._telemetry import Telemetry

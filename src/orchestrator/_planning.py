@@ -31,17 +31,13 @@ from typing import Any, Literal
 from ._clients import client_kind, client_rules
 from ._config import AgentProfile, Settings, ToolSearchSettings
 from ._directory import DIRECTORY_HEADER, Directory, build_directory
+from ._meta_tools import META_TOOL_DEFINITIONS
 from ._telemetry import Telemetry
 from ._tokens import TokenCounter, compact_json
 from .protocols.mcp._catalog import ToolCatalog, ToolEntry
 
 __all__ = [
-    "CALL_TOOL",
-    "EXPAND_TOOLS",
-    "META_TOOL_DEFINITIONS",
-    "META_TOOL_NAMES",
     "RECENT_TOOLS_LIMIT",
-    "TOOL_SEARCH",
     "ProfileFilter",
     "SpawnPlan",
     "SpawnPlanner",
@@ -53,11 +49,6 @@ __all__ = [
     "task_key",
 ]
 
-TOOL_SEARCH = "tool_search"
-EXPAND_TOOLS = "expand_tools"
-CALL_TOOL = "call_tool"
-META_TOOL_NAMES = frozenset({TOOL_SEARCH, EXPAND_TOOLS, CALL_TOOL})
-
 RECENT_TOOLS_LIMIT = 8
 """Recently called tools pinned for a task's later spawns. Pins cost full schemas in every prompt; a few
 cover a retried or continued step without undoing what search mode saves."""
@@ -65,60 +56,6 @@ TASK_KEY_LENGTH = 16
 """Hex digits of sha256(task text) used as the task id when the caller gives none (64 bits)."""
 PLAN_CACHE_SIZE = 64
 """Plans a planner keeps (catalog version x settings); a gateway serves a handful of profiles."""
-
-META_TOOL_DEFINITIONS: tuple[dict[str, Any], ...] = (
-    {
-        "name": TOOL_SEARCH,
-        "description": (
-            "Search the tools that are available but not loaded. Give a few words saying what you need; "
-            "returns matching tool names with one-line summaries and scores, best first (no schemas). "
-            "An exact tool name, or select:NAME, returns that tool."
-        ),
-        "input_schema": {
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "What the tool should do, in a few words."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 100, "description": "Most results."},
-            },
-            "required": ["query"],
-        },
-    },
-    {
-        "name": EXPAND_TOOLS,
-        "description": (
-            "Load the full definitions (description and input schema) of tools by their exact names, "
-            "as returned by tool_search or listed in the directory, so they can be called."
-        ),
-        "input_schema": {
-            "type": "object",
-            "properties": {
-                "names": {
-                    "type": "array",
-                    "items": {"type": "string"},
-                    "minItems": 1,
-                    "description": "Exact tool names to load.",
-                }
-            },
-            "required": ["names"],
-        },
-    },
-    {
-        "name": CALL_TOOL,
-        "description": (
-            "Run a tool found with tool_search. Pass its exact name and its arguments as a JSON object that "
-            "matches the input schema expand_tools returned."
-        ),
-        "input_schema": {
-            "type": "object",
-            "properties": {
-                "name": {"type": "string", "description": "Qualified tool name, e.g. from a tool_search hit."},
-                "arguments": {"type": "object", "description": "The tool's arguments, as its input schema says."},
-            },
-            "required": ["name"],
-        },
-    },
-)
-"""What search mode sends instead of the catalog, in this order; the gateway serves the same three."""
 
 
 def matches_any(name: str, patterns: Sequence[str]) -> bool:

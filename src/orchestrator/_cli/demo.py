@@ -100,7 +100,6 @@ async def _run(settings: Settings, query: str) -> int:
                 engine,
                 manager,
                 visibility=ProfileFilter.from_profile(profile),
-                agent="default",
                 schema_limits=manager.schema_limits,
             )
 

@@ -223,7 +223,7 @@ def _ratio(numerator: float, denominator: float) -> float | None:
 
 def default_url(host: str, port: int) -> str:
     """The scrape URL for `telemetry.prometheus.host/port`; a wildcard bind address is reached on loopback."""
-    from .._gateway import client_base_url  # the gateway module pulls in the mcp SDK: only when needed
+    from .._gateway.addresses import client_base_url
 
     return f"{client_base_url(host, port)}/metrics"
 

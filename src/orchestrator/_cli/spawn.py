@@ -162,8 +162,9 @@ async def _serve(
 
     import anyio
 
-    from .._gateway import Gateway, check_bind
+    from .._gateway.addresses import check_bind
     from .._gateway.auth import Credentials, RuntimeFile
+    from .._gateway.server import Gateway
     from .._history import TaskHistory
     from .._store import open_store
     from ..protocols.mcp._manager import MCPManager

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import ipaddress
 import json
 import logging
 import re
 import socket
-from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, Protocol, TypeVar, TypeVarTuple, Unpack
 
 import anyio
 import uvicorn
@@ -38,96 +37,61 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from .._config import Settings
 from .._errors import ConfigError, OrchestratorError
 from .._store import StoreError
-from .auth import CredentialError, SpawnClaims, SpawnClosedError, SpawnLimitError, bearer_token
-
-if TYPE_CHECKING:
-    from .server import Gateway
+from .addresses import CHALLENGE_PATH, DEFAULT_PATH, check_bind, client_base_url, is_loopback
+from .auth import CredentialError, Credentials, SpawnClaims, SpawnClosedError, SpawnLimitError, bearer_token
+from .views import SCOPE_KEY
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "CHALLENGE_PATH",
-    "DEFAULT_PATH",
-    "SCOPE_KEY",
-    "SERVER_NAME",
-    "check_bind",
-    "client_base_url",
-    "is_loopback",
-    "mcp_config",
-    "serve",
-]
+__all__ = ["GatewayBackend", "serve"]
 
-DEFAULT_PATH = "/mcp"
-SERVER_NAME = "orchestrator"
-# The name an agent's MCP config gives the gateway: tools show up as `mcp__orchestrator__<tool>` in Claude Code.
-SCOPE_KEY = "orchestrator.spawn"
-# Set on the ASGI scope by the router: which spawn (None = the gateway's own profile) a request is for.
 _SPAWN_PATH = re.compile(r"^/spawn/([A-Za-z0-9_-]{1,64})/mcp/?$")
 _SPAWN_ADMIN_PATH = re.compile(r"^/spawns/([A-Za-z0-9_-]{1,64})/?$")
-GRACEFUL_SHUTDOWN_S = 2
 # Bound on waiting for open HTTP streams when the gateway stops; sessions are ended before it anyway.
-LISTEN_BACKLOG = 256
+GRACEFUL_SHUTDOWN_S = 2
 # Connections the kernel queues before uvicorn accepts them: room for a burst of agents starting at once.
-_LOOPBACK_NAMES = {"localhost", "ip6-localhost"}
+LISTEN_BACKLOG = 256
+# What a loopback gateway answers to: any port of these names (DNS rebinding protection, as on /mcp).
 _LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
 _LOOPBACK_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
-# What a loopback gateway answers to: any port of these names (DNS rebinding protection, as on /mcp).
-CHALLENGE_PATH = "/auth/challenge"
-# POST {"nonce"} -> {"proof": HMAC(secret, nonce)}: the one endpoint that needs no credential.
 _NONCE = re.compile(r"[0-9a-f]{32,256}")
-_TASK_ID = re.compile(r"[!-~]{1,128}")
 # Printable ASCII without spaces: task ids name store records and appear in logs.
+_TASK_ID = re.compile(r"[!-~]{1,128}")
 _KIND_NAMES = {str: "string", int: "integer", list: "list", dict: "object"}
 
-
-def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and localhost: addresses other machines cannot reach."""
-    if host.lower() in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
-def check_bind(host: str, token: str | None) -> None:
-    """Refuse to serve a non-loopback address without a bearer token.
+class GatewayBackend(Protocol):
+    """What the HTTP side needs from the gateway (`Gateway` is one): its settings, the MCP server to
+    route to, the credentials to check, and the admin operations, run in its worker pool."""
 
-    Raises:
-        ConfigError: naming `gateway.host` and `gateway.token`.
-    """
-    if not is_loopback(host) and not token:
-        raise ConfigError(
-            f"gateway.host: {host!r} is not a loopback address; set gateway.token (a bearer token every "
-            "client must send) before serving beyond this machine"
-        )
+    settings: Settings
+    server: Any
+    """The lowlevel MCP server the streamable HTTP session manager runs."""
+    credentials: Credentials
 
+    def run_sync(self, func: Callable[[Unpack[Ts]], T], /, *args: *Ts) -> Awaitable[T]: ...
 
-def client_base_url(host: str, port: int) -> str:
-    """Where a local client reaches a gateway bound to `host:port` (a wildcard host means this machine)."""
-    if host in ("0.0.0.0", "", "::", "[::]"):
-        host = "127.0.0.1"
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"http://{host}:{port}"
+    def verify_spawn(self, token: str, spawn_id: str) -> SpawnClaims: ...
 
+    def open_spawn(self, task: str, agent: str | None = None, *, task_id: str | None = None) -> Any: ...
 
-def mcp_config(url: str, token: str | None, name: str = SERVER_NAME) -> dict[str, Any]:
-    """An MCP config pointing at the gateway, in the shape Claude Code's `--mcp-config` reads."""
-    server: dict[str, Any] = {"type": "http", "url": url}
-    if token:
-        server["headers"] = {"Authorization": f"Bearer {token}"}
-    return {"mcpServers": {name: server}}
+    def spawn_stats(self, spawn_id: str) -> dict[str, Any]: ...
+
+    def close_spawn(self, spawn_id: str) -> dict[str, Any]: ...
+
+    def health(self) -> dict[str, Any]: ...
 
 
 @contextlib.asynccontextmanager
-async def serve(gateway: Gateway, host: str, port: int) -> AsyncIterator[tuple[str, anyio.Event]]:
-    """Serve `gateway` over streamable HTTP on `host:port` (0: a free port) for the duration of the block.
-
-    Yields the base URL and an event set when the HTTP server has stopped (on its own or at the end of
-    the block).
+async def serve(gateway: GatewayBackend, host: str, port: int) -> AsyncIterator[str]:
+    """Serve `gateway` over streamable HTTP on `host:port` (0: a free port) for the duration of the block;
+    yields the base URL.
 
     Raises:
         ConfigError: a non-loopback host without a token, or the address cannot be bound.
@@ -145,19 +109,11 @@ async def serve(gateway: Gateway, host: str, port: int) -> AsyncIterator[tuple[s
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
     http = _Uvicorn(config)
-    stopped = anyio.Event()
-
-    async def run() -> None:
-        try:
-            await http.serve([sock])
-        finally:
-            stopped.set()
-
     try:
         async with anyio.create_task_group() as tg, sessions.run():
-            tg.start_soon(run)
+            tg.start_soon(http.serve, [sock])
             try:
-                yield base_url, stopped
+                yield base_url
             finally:
                 http.should_exit = True
     finally:
@@ -169,7 +125,7 @@ class _Router:
     endpoints to the session manager with the caller's verified claims on the scope, the small JSON
     admin endpoints here."""
 
-    def __init__(self, gateway: Gateway, sessions: StreamableHTTPSessionManager, host: str) -> None:
+    def __init__(self, gateway: GatewayBackend, sessions: StreamableHTTPSessionManager, host: str) -> None:
         self._gateway = gateway
         self._sessions = sessions
         self._loopback = is_loopback(host)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import httpx2
 
 from .._errors import OrchestratorError
-from .app import CHALLENGE_PATH, client_base_url
+from .addresses import CHALLENGE_PATH, client_base_url
 from .auth import RuntimeFile, check_proof, new_nonce, runtime_dir
 
 if TYPE_CHECKING:

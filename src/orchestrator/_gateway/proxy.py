@@ -19,7 +19,7 @@ import logging
 import re
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import mcp.types as types
@@ -29,6 +29,9 @@ from mcp.shared.exceptions import MCPError
 from .._errors import OrchestratorError
 from .._meta_tools import without_upstream_stamps
 from ..protocols.mcp._normalization import qualified_name
+
+if TYPE_CHECKING:
+    from .views import Upstream
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +56,10 @@ class UpstreamProxy:
     """Resources and prompts of the manager's servers, for the gateway's handlers.
 
     Args:
-        manager: a started `MCPManager` (its `request(server, what, func)` runs `func` on a live client).
+        manager: the upstream manager (its `request(server, what, func)` runs `func` on a live client).
     """
 
-    def __init__(self, manager: Any) -> None:
+    def __init__(self, manager: Upstream) -> None:
         self._manager = manager
         self._owners: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         self._templates: dict[str, list[re.Pattern[str]]] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .events import telemetry_listener
 from .exporters import setup_telemetry, telemetry_session
 from .instruments import (
     CALL_RESULTS,
@@ -50,5 +51,6 @@ __all__ = [
     "SpawnMode",
     "Telemetry",
     "setup_telemetry",
+    "telemetry_listener",
     "telemetry_session",
 ]

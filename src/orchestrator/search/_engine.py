@@ -14,7 +14,6 @@ import difflib
 import logging
 import re
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -33,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_QUERY_CHARS",
     "SELECT_PREFIX",
+    "Ranked",
     "ScoreBlend",
     "SearchHit",
     "ToolSearchEngine",
@@ -140,6 +140,19 @@ class SearchHit:
         return found
 
 
+RankingUsed = Literal["lexical", "hybrid"]
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One search's hits, best first, with the ranking that chose them."""
+
+    hits: list[SearchHit]
+    ranking: RankingUsed
+    fallback: str | None = None
+    """Why hybrid ranking was asked for and lexical answered (one of telemetry's FALLBACK_KINDS)."""
+
+
 class ScoreBlend(Protocol):
     """A second ranking opinion blended with BM25: the seam for the optional embedding scorer.
 
@@ -188,7 +201,8 @@ class ToolSearchEngine:
             hybrid and auto ranking: the engine builds its own from `Settings()` (bernstein.yaml and
             `BERNSTEIN_...` overrides apply; vectors by default in `<user cache dir>/orchestrator/embeddings`,
             never memory only) and owns it: call `close()` when done.
-        telemetry: where searches and expands are counted (default: OpenTelemetry's global providers).
+        telemetry: where search and expand spans go (default: OpenTelemetry's global providers); counting
+            searches is the caller's: `MetaTools` counts them on this one unless given another.
     """
 
     def __init__(
@@ -282,10 +296,15 @@ class ToolSearchEngine:
     # ------------------------------------------------------------------ search
 
     def search(self, query: str, k: int | None = None) -> list[SearchHit]:
-        """The best `k` tools for `query` (default `search_limit`), best first; [] is a miss.
+        """The best `k` tools for `query` (default `search_limit`), best first; [] is a miss (`rank`)."""
+        return self.rank(query, k).hits
+
+    def rank(self, query: str, k: int | None = None) -> Ranked:
+        """The best `k` tools for `query` (default `search_limit`), best first, and the ranking that chose them.
 
         An exact qualified or bare tool name comes first without ranking, and `select:A,B` returns exactly
-        those tools. Otherwise BM25; ties are broken by qualified name. Records one search metric.
+        those tools. Otherwise BM25, blended with embeddings for hybrid ranking; ties are broken by
+        qualified name. Counting searches is the caller's (`MetaTools` emits one event per search).
 
         Raises:
             SearchQueryError: the query is empty, over MAX_QUERY_CHARS, or k is below 1.
@@ -301,22 +320,17 @@ class ToolSearchEngine:
         if limit < 1:
             raise SearchQueryError(f"tool_search limit must be at least 1, got {limit}")
         with self.telemetry.span("tool_search", limit=limit) as span:
-            started = time.perf_counter()
-            state = self._current()
-            hits, ranking, fallback = self._search(state, query.strip(), limit)
-            self.telemetry.record_search(
-                "hit" if hits else "miss", time.perf_counter() - started, len(hits), ranking=ranking, fallback=fallback
-            )
-            span.set_attribute("ranking", ranking)
-        return hits
+            ranked = self._search(self._current(), query.strip(), limit)
+            span.set_attribute("ranking", ranked.ranking)
+        return ranked
 
-    def _search(self, state: _State, query: str, limit: int) -> tuple[list[SearchHit], str, str | None]:
+    def _search(self, state: _State, query: str, limit: int) -> Ranked:
         """The hits, the ranking that produced them, and why hybrid ranking fell back (or None)."""
         entries = state.catalog.entries
         if query[: len(SELECT_PREFIX)].lower() == SELECT_PREFIX:
             names = [name.strip() for name in query[len(SELECT_PREFIX) :].split(",")]
             chosen = list(dict.fromkeys(doc for name in names if name for doc in self._exact(state, name)[:1]))
-            return [_hit(entries[doc], 1.0) for doc in chosen[:limit]], "lexical", None
+            return Ranked([_hit(entries[doc], 1.0) for doc in chosen[:limit]], "lexical", None)
         exact = self._exact(state, query)
         scores, candidates, ranking, fallback = self._scores(state, query)
         group = self._settings.group_equivalents and bool(state.twins)
@@ -335,11 +349,8 @@ class ToolSearchEngine:
         best = max((score for _doc, score in rest), default=0.0)
         # Exact matches outrank everything, and their score says so without leaving JSON's number range.
         first = [_hit(entries[doc], float(max(best, 0.0) + 1.0)) for doc in exact[:limit]]
-        return (
-            first + [_hit(entries[doc], score, [entries[twin].name for twin in folded[doc]]) for doc, score in rest],
-            ranking,
-            fallback,
-        )
+        others = [_hit(entries[doc], score, [entries[twin].name for twin in folded[doc]]) for doc, score in rest]
+        return Ranked(first + others, ranking, fallback)
 
     @staticmethod
     def _exact(state: _State, name: str) -> list[int]:
@@ -347,7 +358,7 @@ class ToolSearchEngine:
         catalog = state.catalog
         return [catalog.position(entry.name) for entry in catalog.matches(name)]
 
-    def _scores(self, state: _State, query: str) -> tuple[np.ndarray, np.ndarray, str, str | None]:
+    def _scores(self, state: _State, query: str) -> tuple[np.ndarray, np.ndarray, RankingUsed, str | None]:
         """Scores for every document, the ids that may be returned, the ranking used and the fallback
         kind: the one place ranking happens. A blend that raises leaves the lexical ranking (fail open).
 
@@ -384,8 +395,7 @@ class ToolSearchEngine:
     def expand_tools(self, names: Sequence[str]) -> list[dict[str, Any]]:
         """Full definitions (`name`, `description`, `input_schema`) for `names`, in the order asked.
 
-        Qualified names, aliases and bare tool names are accepted; repeats are ignored. Records one
-        expand metric.
+        Qualified names, aliases and bare tool names are accepted; repeats are ignored.
 
         Raises:
             ExpandError: no names, or more distinct names than `max_expand`.
@@ -410,9 +420,7 @@ class ToolSearchEngine:
                 if not docs:
                     raise ToolNotFoundError(name, self._closest(state, name))
                 chosen.setdefault(docs[0])
-            definitions = [state.catalog.entries[doc].definition() for doc in chosen]
-            self.telemetry.record_expand(len(definitions))
-        return definitions
+            return [state.catalog.entries[doc].definition() for doc in chosen]
 
     def closest(self, name: str) -> list[str]:
         """Known names nearest to an unknown `name`, for corrective errors (expand_tools, call_tool)."""

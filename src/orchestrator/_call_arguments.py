@@ -1,0 +1,195 @@
+"""Checking a tool call's arguments against the tool's input schema, and repairing common model mistakes.
+
+Models often send arguments as a JSON string where an object belongs, or a nested object as a string; those
+are repaired when the intent is unambiguous. Anything else that does not match the schema comes back as
+one `ArgumentProblem` listing every problem and the expected arguments, written as JSON (`null`, `"x"`),
+the way the model wrote them, so the model can fix its call. The schema itself is a server's text: one that
+jsonschema cannot use (or whose `$ref`s cycle) is skipped, and the server validates for itself.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jsonschema
+from jsonschema.exceptions import SchemaError
+from jsonschema.exceptions import ValidationError as SchemaValidationError
+
+from .protocols.mcp._catalog import ToolEntry
+from .protocols.mcp._schemas import SchemaLimits, json_depth, schema_problem
+
+__all__ = ["ArgumentChecker", "ArgumentProblem", "describe_value", "expected_arguments", "repaired_object"]
+
+EXPECTED_LIMIT = 12
+"""Parameters listed in an "expected arguments" hint; the model can expand_tools for the rest."""
+PROBLEM_CHARS = 200
+"""Longest description of one schema problem in an error message."""
+
+
+class ArgumentProblem(Exception):
+    """The arguments cannot be used; the message says what to fix (model-facing, one line)."""
+
+
+class ArgumentChecker:
+    """Checks call arguments against tools' input schemas, with one cached validator per schema.
+
+    Args:
+        limits: `mcp.schema_max_depth` bounds how deep arguments may nest before jsonschema recurses into
+            them.
+    """
+
+    def __init__(self, limits: SchemaLimits | None = None) -> None:
+        self._limits = limits or SchemaLimits()
+        self._validators: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def check(self, entry: ToolEntry, arguments: Any) -> dict[str, Any]:
+        """The arguments as an object that satisfies the input schema, repaired where that is unambiguous.
+
+        Raises:
+            ArgumentProblem: not an object, nested too deep, or not matching the schema.
+        """
+        args = repaired_object(arguments)
+        if not isinstance(args, dict):
+            raise ArgumentProblem(
+                f"arguments for {entry.name} must be a JSON object, got {_kind(arguments)}. "
+                f"Expected: {expected_arguments(entry.input_schema)}."
+            )
+        depth = self._limits.max_depth
+        if json_depth(args, depth) > depth:  # jsonschema recurses per level
+            raise ArgumentProblem(
+                f"arguments for {entry.name} are nested more than {depth} levels deep. "
+                f"Expected: {expected_arguments(entry.input_schema)}."
+            )
+        validator = self._validator(entry)
+        if validator is None:
+            return args
+        errors = list(validator.iter_errors(args))
+        if errors and _repair_nested(args, errors, entry.input_schema):
+            errors = list(validator.iter_errors(args))
+        if errors:
+            problems = "; ".join(_describe(error) for error in sorted(errors, key=_error_order))
+            raise ArgumentProblem(
+                f"arguments for {entry.name} do not match its input schema: {problems}. "
+                f"Expected: {expected_arguments(entry.input_schema)}. Fix the arguments and call again."
+            )
+        return args
+
+    def _validator(self, entry: ToolEntry) -> Any:
+        """A cached validator for the entry's schema; None when the schema itself is broken."""
+        key = entry.digest
+        with self._lock:
+            if key in self._validators:
+                return self._validators[key]
+        validator: Any = None
+        # A `$ref` cycle would make validation recurse without end: the server validates for itself.
+        if schema_problem(entry.input_schema) is None:
+            try:
+                cls = jsonschema.validators.validator_for(entry.input_schema, default=jsonschema.Draft202012Validator)
+                cls.check_schema(entry.input_schema)
+                validator = cls(entry.input_schema)
+            except (SchemaError, TypeError, ValueError, LookupError):  # boundary: a server's broken schema
+                validator = None
+        with self._lock:
+            self._validators[key] = validator
+        return validator
+
+
+def repaired_object(arguments: Any) -> Any:
+    """`None` -> `{}`; a string holding a JSON object -> that object (a common model mistake)."""
+    if arguments is None:
+        return {}
+    if isinstance(arguments, str):
+        decoded = _json_or_none(arguments)
+        if isinstance(decoded, dict):
+            return decoded
+        if arguments.strip() == "":
+            return {}
+    return arguments
+
+
+def expected_arguments(schema: Mapping[str, Any]) -> str:
+    """A one-line summary of the parameters: `name: type (required)`, in schema order."""
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping) or not properties:
+        return "{} (no arguments)"
+    required = set(schema.get("required") or ())
+    parts = []
+    for key, spec in list(properties.items())[:EXPECTED_LIMIT]:
+        kind = spec.get("type", "any") if isinstance(spec, Mapping) else "any"
+        kind = "|".join(kind) if isinstance(kind, list) else str(kind)
+        parts.append(f"{key}: {kind}{' (required)' if key in required else ''}")
+    more = len(properties) - EXPECTED_LIMIT
+    if more > 0:
+        parts.append(f"... {more} more (see expand_tools)")
+    return "{" + ", ".join(parts) + "}"
+
+
+def describe_value(value: Any) -> str:
+    """A value as JSON, the way a model wrote it (anything JSON cannot hold as its repr)."""
+    return json.dumps(value, ensure_ascii=False, default=repr)
+
+
+def _repair_nested(args: dict[str, Any], errors: Sequence[SchemaValidationError], schema: Mapping[str, Any]) -> bool:
+    """Decode top-level string values whose schema wants an object or array; True when anything changed."""
+    properties = schema.get("properties") if isinstance(schema.get("properties"), Mapping) else {}
+    changed = False
+    for error in errors:
+        if error.validator != "type" or len(error.absolute_path) != 1:
+            continue
+        key = error.absolute_path[0]
+        value = args.get(key) if isinstance(key, str) else None
+        spec = properties.get(key) if isinstance(properties, Mapping) else None
+        wanted = spec.get("type") if isinstance(spec, Mapping) else None
+        wanted_types = {wanted} if isinstance(wanted, str) else set(wanted or ())
+        if isinstance(value, str) and wanted_types & {"object", "array"}:
+            decoded = _json_or_none(value)
+            if isinstance(decoded, dict | list) and isinstance(key, str):
+                args[key] = decoded
+                changed = True
+    return changed
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _describe(error: SchemaValidationError) -> str:
+    path = ".".join(str(part) for part in error.absolute_path)
+    message = _json_message(error)
+    if len(message) > PROBLEM_CHARS:
+        message = message[: PROBLEM_CHARS - 3] + "..."
+    return f"at '{path}': {message}" if path else message
+
+
+def _json_message(error: SchemaValidationError) -> str:
+    """jsonschema's message with the values it quotes in Python spelling (`None`, `True`, `'x'`, `{'a': 1}`)
+    written as JSON instead (`null`, `true`, `"x"`, `{"a": 1}`): the model wrote JSON and reads JSON."""
+    message = str(error.message)
+    values = [error.instance, error.validator_value]
+    if isinstance(error.validator_value, list):
+        values.extend(error.validator_value)
+    if isinstance(error.instance, dict) and error.validator in ("required", "additionalProperties"):
+        values.extend(error.instance)  # the property names these messages quote
+    # Longest first, so no value is replaced inside a longer one.
+    for value in sorted(values, key=lambda item: -len(repr(item))):
+        python, json_text = repr(value), describe_value(value)
+        if python != json_text and python in message:
+            message = message.replace(python, json_text)
+    return message
+
+
+def _error_order(error: SchemaValidationError) -> tuple[str, str]:
+    return (".".join(str(part) for part in error.absolute_path), error.message)
+
+
+def _kind(value: Any) -> str:
+    return {str: "a string", list: "a list", int: "a number", float: "a number", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )

@@ -1,0 +1,175 @@
+"""What the gateway's parts share: the upstream manager it serves, agent views and endpoint contexts.
+
+    Upstream       what the gateway needs from the manager (`MCPManager` is one)
+    AgentView      one agent profile over the live catalog: visible tools, its search engine, client names
+    SpawnContext   one endpoint (a spawn, or the gateway's own profile): its plan, meta-tools and session
+
+The spawn registry (`spawns.py`), the MCP handlers (`handlers.py`) and session accounting (`sessions.py`)
+import these; none of them imports the `Gateway` (`server.py`), which wires them together.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+import mcp.types as types
+from mcp import Client
+from mcp.server.session import ServerSession
+from mcp.shared.dispatcher import ProgressFnT
+
+from .._accounting import SessionRecorder
+from .._clients import client_kind, client_rules, name_budget, tool_prefix
+from .._config import Settings
+from .._errors import ConfigError
+from .._formats import ClientNames
+from .._meta_tools import MetaTools
+from .._planning import ProfileFilter, SpawnPlan, SpawnPlanner, effective_tool_search
+from .._telemetry import Telemetry
+from ..protocols.mcp._catalog import ToolCatalog
+from ..protocols.mcp._connection import ServerStatus
+from ..protocols.mcp._normalization import MIN_NAME_LENGTH
+from ..protocols.mcp._schemas import SchemaLimits
+from ..search._embedding import EmbeddingRuntime
+from ..search._engine import ToolSearchEngine
+
+__all__ = ["SCOPE_KEY", "AgentView", "SpawnContext", "Upstream"]
+
+SCOPE_KEY = "orchestrator.spawn"
+"""Set on the ASGI scope by the router (`app.py`): the verified claims of the spawn a request is for, or
+None for the gateway's own endpoint; the handlers read it (`handlers.py`)."""
+
+T = TypeVar("T")
+LogSink = Callable[[types.LoggingMessageNotificationParams], Awaitable[None]]
+
+
+class Upstream(Protocol):
+    """What the gateway needs from the manager of the upstream servers (`MCPManager` satisfies it)."""
+
+    @property
+    def schema_limits(self) -> SchemaLimits: ...
+
+    @property
+    def version(self) -> int: ...
+
+    def catalog(self) -> ToolCatalog: ...
+
+    def status(self) -> list[ServerStatus]: ...
+
+    def is_ready(self, server: str) -> bool: ...
+
+    def add_listener(self, callback: Callable[[int], Awaitable[None] | None]) -> Callable[[], None]: ...
+
+    async def call_tool(
+        self,
+        server: str,
+        tool: str,
+        arguments: dict[str, Any] | None,
+        *,
+        progress_callback: ProgressFnT | None = None,
+        meta: dict[str, Any] | None = None,
+        on_log: LogSink | None = None,
+    ) -> types.CallToolResult: ...
+
+    async def request(self, server: str, what: str, func: Callable[[Client], Awaitable[T]]) -> T: ...
+
+
+class AgentView:
+    """One agent profile over the live catalog: its visible tools, a search index over them, and the names
+    and schemas its client needs (`_clients`: the client's prefix leaves `budget` characters per name).
+
+    Raises:
+        ConfigError: unknown profile, or a client prefix that leaves too little room for tool names.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        agent: str,
+        catalog: Callable[[], ToolCatalog],
+        planner: SpawnPlanner,
+        *,
+        embeddings: EmbeddingRuntime | None,
+        telemetry: Telemetry,
+    ) -> None:
+        self.agent = agent
+        profile = settings.agent(agent)
+        self.rules = ProfileFilter.from_profile(profile)
+        self.search_settings = effective_tool_search(settings.mcp.tool_search, profile)
+        self.provider = client_rules(client_kind(profile)).provider
+        self.prefix = tool_prefix(profile, settings.gateway.server_name)
+        self.budget = name_budget(self.prefix)
+        if self.budget < MIN_NAME_LENGTH:
+            raise ConfigError(
+                f"agents.{agent}: its client's tool prefix {self.prefix!r} leaves {self.budget} of 64 characters "
+                f"for tool names, fewer than {MIN_NAME_LENGTH}; shorten gateway.server_name or agents.{agent}.tool_prefix"
+            )
+        self._catalog = catalog
+        self._planner = planner
+        self._visible: tuple[str, ToolCatalog] | None = None
+        self._names: tuple[str, ClientNames] | None = None
+        self.engine = ToolSearchEngine(self.visible, self.search_settings, embeddings=embeddings, telemetry=telemetry)
+
+    def visible(self) -> ToolCatalog:
+        full = self._catalog()
+        cached = self._visible
+        if cached is None or cached[0] != full.version:
+            cached = self._visible = (full.version, self.rules.apply(full))
+        return cached[1]
+
+    def names(self) -> ClientNames:
+        """The names this profile's client is given (qualified names, shortened past the budget)."""
+        visible = self.visible()
+        cached = self._names
+        if cached is None or cached[0] != visible.version:
+            cached = self._names = (visible.version, ClientNames(visible, self.budget))
+        return cached[1]
+
+    def qualified(self, name: str) -> str | None:
+        """The qualified name behind a name this client was given (None: not one of them)."""
+        return self.names().qualified(name)
+
+    def plan(self, task: str, task_id: str | None, recent: list[str], *, record: bool) -> SpawnPlan:
+        """This profile's plan for a task over the current catalog (`record`: count the spawn in telemetry)."""
+        return self._planner.plan(
+            task, self.agent, self._catalog(), recent_tools=recent, task_id=task_id, record=record
+        )
+
+    def search_mode(self) -> bool:
+        """Whether this profile's agents get tool_search (the plan's mode; pins never change it)."""
+        return self._planner.plan_tools(self.visible(), self.search_settings).mode == "search"
+
+
+@dataclass
+class SpawnContext:
+    """One endpoint's state: a spawn (or the gateway's own profile), its plan, its meta-tools and session."""
+
+    id: str | None
+    """The spawn's id; None for the gateway's own endpoint."""
+    expires: float | None
+    """Unix time its credential expires (None: the gateway's own profile); its state is dropped then."""
+    task: str
+    task_id: str
+    view: AgentView
+    meta: MetaTools
+    recent: list[str]
+    """The task's recently called tools, pinned in its plan (from the spawn's credential)."""
+    plan: SpawnPlan | None = None
+    listed: tuple[str, list[types.Tool]] | None = None
+    """The tools last listed to this endpoint, by plan fingerprint."""
+    legacy_sessions: dict[str, ServerSession] = field(default_factory=dict)
+    """Handshake-era client sessions, told of tool-list changes by notification."""
+    opened: float = field(default_factory=time.monotonic)
+    session: SessionRecorder | None = None
+    """A spawn's rounds and requests (session accounting); None for the gateway's own endpoint."""
+
+    def current_plan(self, *, record: bool = False) -> SpawnPlan:
+        """The plan for the current catalog, re-planned only when the visible tools change. `record`: count
+        the spawn in telemetry (once, where it is opened; not per replica or re-plan)."""
+        visible = self.view.visible()
+        plan = self.plan
+        if plan is None or plan.catalog_version != visible.version:
+            plan = self.plan = self.view.plan(self.task, self.task_id or None, self.recent, record=record)
+        return plan
