@@ -22,9 +22,9 @@ import platformdirs
 
 from _common import table
 from orchestrator._config import ToolSearchSettings
-from orchestrator.search._embedding.model import MULTILINGUAL_SHARE, SemanticScorer
+from orchestrator.search._embedding.model import SemanticScorer
 from orchestrator.search._embedding.vectors import ToolVectors
-from orchestrator.search._lexical import BLEND_BM25_K1
+from orchestrator.search._tuning import BLEND_BM25_K1, MULTILINGUAL_SHARE
 from semantic_probe import Scored, at_share, report, score_set, with_blend_k1
 
 SETS = ("stabletoolbench", "api-bank", "metatool", "mcp-catalogs")

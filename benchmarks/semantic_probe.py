@@ -33,12 +33,13 @@ import platformdirs
 from _common import CATALOGS, RETRIEVAL, SETS, table
 from orchestrator._config import ToolSearchSettings
 from orchestrator.protocols.mcp._catalog import ToolCatalog
-from orchestrator.search._embedding.model import MINILM_DIMENSION, MULTILINGUAL_SHARE, SemanticScorer
+from orchestrator.search._embedding.model import MINILM_DIMENSION, SemanticScorer
 from orchestrator.search._embedding.rules import admitted, blend, entry_text, query_sentences
 from orchestrator.search._embedding.vectors import ToolVectors
-from orchestrator.search._engine import LONG_QUERY_CHARS, MAX_QUERY_CHARS, NAMED_SERVER_BONUS
+from orchestrator.search._engine import LONG_QUERY_CHARS, MAX_QUERY_CHARS
 from orchestrator.search._evaluation import MRR_DEPTH, EvalQuery, EvalReport, evaluate_rankings, load_queries
-from orchestrator.search._lexical import BLEND_BM25_K1, LexicalIndex
+from orchestrator.search._lexical import LexicalIndex
+from orchestrator.search._tuning import BLEND_BM25_K1, MULTILINGUAL_SHARE, NAMED_SERVER_BONUS
 
 K = 5
 WEIGHTS = [round(w, 2) for w in np.arange(0.0, 1.0001, 0.05)]

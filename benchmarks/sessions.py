@@ -268,7 +268,6 @@ def write_config(folder: Path, repo: Path, spawn_log: Path, threshold: int) -> P
             },
             "cache_dir": str(folder / "cache"),
             "tool_search": {"ranking": "lexical", "threshold_tokens": threshold},
-            "embedding": {"enabled": False},
         },
         "agents": {
             "coder": {"servers": ["git", "dev"]},

@@ -65,7 +65,7 @@ from _common import (
 from orchestrator import Settings, SpawnPlanner, ToolCatalog, ToolSearchEngine, ToolSearchSettings
 from orchestrator.search._engine import LONG_QUERY_CHARS
 from orchestrator.search._evaluation import load_queries
-from orchestrator.search._lexical import BLEND_BM25_K1
+from orchestrator.search._tuning import BLEND_BM25_K1
 
 SIZES = (100, 1_000, 10_000)
 K = 8

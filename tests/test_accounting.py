@@ -307,7 +307,6 @@ def settings_for(tmp_path: Path, spawn_log: Path | None = None) -> Settings:
             "servers": {"basic": ServerConfig(command="unused-basic")},  # the factory decides the transport
             "cache_dir": tmp_path / "cache",
             "tool_search": {"ranking": "lexical"},
-            "embedding": {"enabled": False},
         },
         agents=agents,
         gateway={"spawn_log": spawn_log},

@@ -262,19 +262,17 @@ def assert_lexical_answer(engine: ToolSearchEngine, catalog: ToolCatalog) -> Non
         assert agent_search(engine, query) == agent_search(lexical, query)
 
 
-@pytest.mark.parametrize("ranking", ["auto", "hybrid"])
-def test_a_missing_extra_answers_lexically_logs_once_and_counts_the_reason(
+def test_a_missing_model_package_answers_lexically_logs_once_and_counts_the_reason(
     fresh: EmbeddingRuntime,
     catalog: ToolCatalog,
     reader: InMemoryMetricReader,
     telemetry: Telemetry,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
-    ranking: str,
 ) -> None:
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` now fails
     with caplog.at_level(logging.INFO, logger=embedding.__name__):
-        engines = [ToolSearchEngine(catalog, ranking=ranking, embeddings=fresh, telemetry=telemetry) for _ in range(3)]
+        engines = [ToolSearchEngine(catalog, ranking="hybrid", embeddings=fresh, telemetry=telemetry) for _ in range(3)]
     assert all(engine.ranking_used == "lexical" for engine in engines)
     assert_lexical_answer(engines[0], catalog)
     assert searches(reader) == {
@@ -283,19 +281,20 @@ def test_a_missing_extra_answers_lexically_logs_once_and_counts_the_reason(
         ("miss", "lexical", "missing_extra"): 1,
     }
     [record] = caplog.records  # once per runtime, not once per engine or search
-    assert "orchestrator[semantic]" in record.getMessage()
-    assert record.levelno == (logging.WARNING if ranking == "hybrid" else logging.INFO)
+    assert "onnxruntime" in record.getMessage() and "reinstall" in record.getMessage()
+    assert record.levelno == logging.WARNING  # the models are part of the base install: a broken one
 
 
-def test_embedding_switched_off_in_settings_answers_lexically(
+def test_lexical_ranking_in_settings_never_loads_a_model(
     tmp_path: Path, catalog: ToolCatalog, reader: InMemoryMetricReader, telemetry: Telemetry
 ) -> None:
-    settings = Settings(mcp={"cache_dir": tmp_path / "cache", "embedding": {"enabled": False}})
+    settings = Settings(mcp={"cache_dir": tmp_path / "cache", "tool_search": {"ranking": "lexical"}})
     with EmbeddingRuntime.from_settings(settings) as runtime:
-        engine = ToolSearchEngine(catalog, ranking="hybrid", embeddings=runtime, telemetry=telemetry)
+        engine = ToolSearchEngine(catalog, settings.mcp.tool_search, embeddings=runtime, telemetry=telemetry)
         assert engine.ranking_used == "lexical"
         assert agent_search(engine, PARAPHRASE) == []
-    assert searches(reader) == {("miss", "lexical", "disabled"): 1}
+        assert runtime.model is None
+    assert searches(reader) == {("miss", "lexical", None): 1}  # asked for: no fallback
     assert not (tmp_path / "cache").exists()
 
 

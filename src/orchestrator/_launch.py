@@ -246,12 +246,11 @@ async def _cold_gateway(
     try:
         with EmbeddingRuntime.from_settings(settings) as embeddings:
             async with MCPManager(settings, servers=servers, telemetry=telemetry) as manager:
-                gateway = Gateway(settings, manager, history=history, telemetry=telemetry, embeddings=embeddings)
-                try:
-                    async with gateway.running("127.0.0.1", 0):
-                        yield gateway
-                finally:
-                    gateway.close()
+                async with (
+                    Gateway(settings, manager, history=history, telemetry=telemetry, embeddings=embeddings) as gateway,
+                    gateway.running("127.0.0.1", 0),
+                ):
+                    yield gateway
     finally:
         history.store.close()
 

@@ -86,7 +86,6 @@ def write_config(path: Path, servers: Mapping[str, Any], agents: Mapping[str, An
             "servers": dict(servers),
             "cache_dir": str(path.parent / "cache"),
             "tool_search": {"threshold_tokens": 0, "ranking": "lexical"},
-            "embedding": {"enabled": False},
         },
         "agents": dict(agents),
         "gateway": {"host": "127.0.0.1", "port": 0, "token": GATEWAY_TOKEN},

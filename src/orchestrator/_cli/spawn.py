@@ -182,7 +182,7 @@ async def _serve(
             # and announces servers that come up later with list_changed; an agent's client may time out
             # if it waits for every server to start first.
             async with MCPManager(settings, telemetry=telemetry, wait=False) as manager:
-                gateway = Gateway(
+                async with Gateway(
                     settings,
                     manager,
                     agent=agent,
@@ -191,8 +191,7 @@ async def _serve(
                     embeddings=embeddings,
                     credentials=credentials,
                     store=store,
-                )
-                try:
+                ) as gateway:
                     if transport is Transport.stdio:
                         await gateway.serve_stdio()
                     else:
@@ -210,8 +209,6 @@ async def _serve(
                                 soft_wrap=True,
                             )
                             await anyio.sleep_forever()
-                finally:
-                    gateway.close()
             tg.cancel_scope.cancel()
     finally:
         store.close()

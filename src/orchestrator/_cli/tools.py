@@ -41,11 +41,10 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON documen
 class Ranking(StrEnum):
     lexical = "lexical"
     hybrid = "hybrid"
-    auto = "auto"
 
 
 RankingOption = Annotated[
-    Ranking | None, typer.Option("--ranking", help="lexical, hybrid or auto (default: mcp.tool_search.ranking).")
+    Ranking | None, typer.Option("--ranking", help="lexical or hybrid (default: mcp.tool_search.ranking).")
 ]
 
 

@@ -24,7 +24,8 @@ from .._config import ToolSearchSettings
 from .._errors import ExpandError, SearchQueryError, SemanticUnavailable, ToolNotFoundError
 from .._telemetry import FALLBACK_KINDS, Telemetry
 from ..protocols.mcp._catalog import ToolCatalog, ToolEntry
-from ._lexical import BLEND_BM25_K1, FORM_PREFIX, Analyzer, LexicalIndex
+from ._lexical import FORM_PREFIX, Analyzer, LexicalIndex
+from ._tuning import BLEND_BM25_K1, LONG_BLEND_SHARE, NAMED_SERVER_BONUS, STEP_STRENGTH_POWER
 
 if TYPE_CHECKING:
     from ._embedding import EmbeddingRuntime
@@ -51,26 +52,10 @@ MAX_STEPS = 96
 """Steps of a long request scored separately (MAX_QUERY_CHARS of prose is about 60 steps); beyond this
 adjacent steps are merged, so scoring costs a bounded number of passes (each well under a millisecond at
 2,500 tools)."""
-STEP_STRENGTH_POWER = 0.5
-"""How much a step's own best BM25 score decides what its tools score. Each tool scores
-`max over steps of score / best(step) * (best(step) / best(any step)) ** power`: at 0 every step's best
-tool ties at the top (filler sentences too), at 1 it is the raw BM25 of the best step and one step rich
-in rare words fills the results."""
 MAX_EMBEDDED_STEPS = 5
 """Steps of a long request the hybrid blend embeds: the ones matching some tool best lexically. Each step of
 STEP_WORDS words costs about 7 ms of model time here (benchmarks/speed.py), so five keep a request of
 4,000 characters under 60 ms."""
-NAMED_SERVER_BONUS = 0.10
-"""Added to the hybrid score (which tops out at 1) of every tool of a server the request names ("in Jira",
-"on HubSpot"): between near-equivalent tools of several products, the one the user named comes first.
-Measured alone on the development sets: mcp-catalogs hybrid hit@5 0.847 -> 0.854 (0.05: 0.850, 0.20:
-0.850), no other set's hit@5 moves (their requests rarely name a server, or all tools share one). Lexical
-ranking does not get it: as a share of the best BM25 score it gained nothing and cost mcp-catalogs up to
-0.004 (docs/tool-search.md)."""
-LONG_BLEND_SHARE = 0.25
-"""What the hybrid blend counts for in a long request's ranking (the rest is its step-by-step lexical score,
-normalised by its best): the model sees only MAX_EMBEDDED_STEPS steps, and filler sentences score
-moderate cosines with many tools."""
 SCORE_DECIMALS = 3
 """Decimals of a score in an agent's search results (`SearchHit.to_result`)."""
 SELECT_PREFIX = "select:"
@@ -192,13 +177,12 @@ class ToolSearchEngine:
         catalog: a catalog, or a callable returning the current one (e.g. over a live manager). The
             index is rebuilt when the returned catalog's version changes, and only then.
         settings: `mcp.tool_search` (defaults when omitted).
-        ranking: overrides `settings.ranking`. "lexical" is BM25. "hybrid" and "auto" blend in the
-            embedding scorer when it is installed and loads, and are BM25 otherwise (`ranking_used`
-            says which is in effect).
-        blend: an explicit `ScoreBlend` (tests, custom scorers); otherwise found for hybrid/auto.
+        ranking: overrides `settings.ranking`. "lexical" is BM25. "hybrid" blends in the embedding
+            models when they load, and is BM25 otherwise (`ranking_used` says which is in effect).
+        blend: an explicit `ScoreBlend` (tests, custom scorers); otherwise found for hybrid.
         embeddings: the embedding runtime hybrid ranking uses (build one per process with
             `EmbeddingRuntime.from_settings(settings)` and share it: the model loads once). Default, for
-            hybrid and auto ranking: the engine builds its own from `Settings()` (bernstein.yaml and
+            hybrid ranking: the engine builds its own from `Settings()` (bernstein.yaml and
             `BERNSTEIN_...` overrides apply; vectors by default in `<user cache dir>/orchestrator/embeddings`,
             never memory only) and owns it: call `close()` when done.
         telemetry: where search and expand spans go (default: OpenTelemetry's global providers); counting
@@ -219,8 +203,8 @@ class ToolSearchEngine:
         self.telemetry = telemetry if telemetry is not None else Telemetry()
         self._source: Callable[[], ToolCatalog] = _constant(catalog) if isinstance(catalog, ToolCatalog) else catalog
         requested = ranking or self._settings.ranking
-        if requested not in ("lexical", "hybrid", "auto"):
-            raise ValueError(f"ranking must be lexical, hybrid or auto, not {requested!r}")
+        if requested not in ("lexical", "hybrid"):
+            raise ValueError(f"ranking must be lexical or hybrid, not {requested!r}")
         self.ranking = requested
         """The ranking asked for."""
         self._blend, self._fallback, self._owned_embeddings = (
@@ -562,7 +546,7 @@ def _overlap(a: set[str], b: set[str], idf: dict[str, float], top: float) -> flo
 def _find_blend(
     settings: ToolSearchSettings, ranking: str, embeddings: EmbeddingRuntime | None
 ) -> tuple[ScoreBlend | None, str | None, EmbeddingRuntime | None]:
-    """The embedding blend for hybrid/auto ranking, or None and why searches stay lexical; and the
+    """The embedding blend for hybrid ranking, or None and why searches stay lexical; and the
     runtime built here when none was given (the engine owns and closes it).
 
     `create_blend` returns the blend, or raises `SemanticUnavailable` (after logging why, once per

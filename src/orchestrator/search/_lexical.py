@@ -25,39 +25,19 @@ import Stemmer
 from rank_bm25 import BM25Okapi
 
 from ..protocols.mcp._catalog import ToolEntry
+from ._tuning import BM25_B, BM25_K1, WORD_FORM_WEIGHT
 
 __all__ = [
-    "BLEND_BM25_K1",
-    "BM25_B",
-    "BM25_K1",
     "FIELD_WEIGHTS",
     "FORM_PREFIX",
     "SCHEMA_DEPTH",
     "STOPWORDS",
-    "WORD_FORM_WEIGHT",
     "Analyzer",
     "FieldWeights",
     "LexicalIndex",
     "split_words",
     "tool_document",
 ]
-
-BM25_K1 = 3.0
-"""Term-frequency saturation, above rank-bm25's 1.5: a word repeated in a tool's name and prose keeps more
-weight, and the weighted frequencies run higher than word counts (a name word counts 2, its exact form
-0.75 more). With BM25_B and the weights below, chosen on the four development sets by the mean of hit@1
-and hit@5 (`benchmarks/retrieval.py --cv`, leave-one-set-out figures in docs/tool-search.md)."""
-BM25_B = 0.75
-"""Length normalisation, rank-bm25's default. Full normalisation (1.0, the earlier choice) let tools of
-five words win on one incidental word (`fetch`, `ping`, `whoami`) over the well-documented tool a request
-on the real MCP catalogs asks for (hit@1 0.452 there against 0.515); the leave-one-out folds chose b
-between 0.75 and 0.9, never 1.0."""
-BLEND_BM25_K1 = 1.5
-"""k1 of the BM25 scores hybrid ranking blends with the model (rank-bm25's default; `LexicalIndex.with_k1`).
-Next to the model, the lexical part helps most by counting how many of the request's distinct words a
-tool has, and a lower k1 saturates repeats sooner: chosen with the blend's weight and floor by leave-one-
-set-out (`benchmarks/hybrid_cv.py`); hybrid hit@5 on stabletoolbench 0.910 -> 0.919 and hit@1 on three
-of four sets up, at BM25_K1. Lexical ranking (and hybrid's fail-open) keeps BM25_K1."""
 
 
 @dataclass(frozen=True)
@@ -80,11 +60,6 @@ class FieldWeights:
 
 
 FIELD_WEIGHTS = FieldWeights()
-WORD_FORM_WEIGHT = 0.375
-"""Weight of a word's exact form next to its stem's 1: stemming finds "issue" for "issues", the exact form
-ranks the tool that says "issues" first. It raised hit@1 on every development set (+0.012 to +0.040);
-every leave-one-out fold chose 0.25-0.5, and 1.0 lost hit@5 on api-bank and metatool. A multiple of 1/8,
-like every weight here, so weighted frequencies are exact sums in floating point."""
 FORM_PREFIX = "="
 """Marks an exact-form term ("=issues"); analysis never produces it inside a word."""
 SCHEMA_DEPTH = 2

@@ -1,6 +1,6 @@
 """The embedding runtime behind hybrid tool search: one object, built from Settings, passed in.
 
-    EmbeddingRuntime.from_settings(settings)   `mcp.embedding.enabled`, vectors in `<mcp.cache_dir>/embeddings`
+    EmbeddingRuntime.from_settings(settings)   vectors in `<mcp.cache_dir>/embeddings` (`mcp.embedding.cache_dir`)
     runtime.create_blend(search_settings)      the engine's ScoreBlend (HybridBlend), None for lexical, or
                                                SemanticUnavailable (logged once) when hybrid cannot run
     runtime.close()                            stop background embedding and save it (or `with ...:`)
@@ -51,7 +51,6 @@ class EmbeddingRuntime:
 
     Args:
         cache_dir: folder of the vector cache (`vectors.npz`); None keeps vectors in memory only.
-        enabled: False never loads the model: hybrid and auto ranking answer lexically (`disabled`).
         model: an already loaded model to use (benchmarks and tests share one between runtimes).
         load_model: how to load the model on first use (default: the pinned files, `SemanticScorer.load`).
     """
@@ -60,12 +59,10 @@ class EmbeddingRuntime:
         self,
         cache_dir: Path | str | None,
         *,
-        enabled: bool = True,
         model: SemanticScorer | None = None,
         load_model: Callable[[], SemanticScorer] | None = None,
     ) -> None:
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else None
-        self.enabled = enabled
         self._model = model
         self._load_model = load_model if load_model is not None else SemanticScorer.load
         self._lock = threading.Lock()
@@ -77,9 +74,9 @@ class EmbeddingRuntime:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> EmbeddingRuntime:
-        """On or off by `mcp.embedding.enabled`; vectors in `mcp.embedding_cache_dir()` (default
-        `<mcp.cache_dir>/embeddings`, the cache root being the user cache dir's `orchestrator`)."""
-        return cls(settings.mcp.embedding_cache_dir(), enabled=settings.mcp.embedding.enabled)
+        """Vectors in `mcp.embedding_cache_dir()` (default `<mcp.cache_dir>/embeddings`, the cache root being
+        the user cache dir's `orchestrator`)."""
+        return cls(settings.mcp.embedding_cache_dir())
 
     @property
     def model(self) -> SemanticScorer | None:
@@ -93,17 +90,16 @@ class EmbeddingRuntime:
     # ------------------------------------------------------------------ the engine's blend
 
     def create_blend(self, search_settings: ToolSearchSettings) -> HybridBlend | None:
-        """The hybrid ScoreBlend for `search_settings.ranking` (what `ToolSearchEngine` calls for hybrid
-        and auto). Cheap: nothing is loaded here; the model loads on the first ranked search.
+        """The hybrid ScoreBlend for `search_settings.ranking` (what `ToolSearchEngine` calls for hybrid).
+        Cheap: nothing is loaded here; the model loads on the first ranked search.
 
         Returns:
             None for `lexical` ranking; otherwise a `HybridBlend` over this runtime.
 
         Raises:
-            SemanticUnavailable: hybrid ranking cannot run with this runtime: `disabled`
-                (`mcp.embedding.enabled: false`, or the runtime was closed), `missing_extra`, or the model
-                already failed to load. Logged once per runtime (a warning for `hybrid`, info for `auto`);
-                the engine answers lexically and counts the kind on each search.
+            SemanticUnavailable: hybrid ranking cannot run with this runtime: `disabled` (the runtime was
+                closed), `missing_extra`, or the model already failed to load. Logged once per runtime, as
+                a warning; the engine answers lexically and counts the kind on each search.
         """
         requested = search_settings.ranking
         if requested == "lexical":
@@ -111,21 +107,18 @@ class EmbeddingRuntime:
         try:
             self._check_available()
         except SemanticUnavailable as exc:
-            self.note(exc, requested)
+            self.note(exc)
             raise
-        return HybridBlend(self, search_settings, requested=requested)
+        return HybridBlend(self, search_settings)
 
     def _check_available(self) -> None:
-        if not self.enabled:
-            raise SemanticUnavailable(
-                "disabled", "mcp.embedding.enabled is false (env BERNSTEIN_MCP__EMBEDDING__ENABLED)"
-            )
         if self._closed:
             raise SemanticUnavailable("disabled", "the embedding runtime was closed")
         missing = [name for name in EXTRA_MODULES if _find_spec(name) is None]
         if missing:
             raise SemanticUnavailable(
-                "missing_extra", f"{', '.join(missing)} not installed; pip install 'orchestrator[semantic]'"
+                "missing_extra",
+                f"{', '.join(missing)} not installed; they are part of orchestrator's base install: reinstall it",
             )
         if self.error is not None:  # the model already failed to load
             raise self.error
@@ -139,8 +132,8 @@ class EmbeddingRuntime:
         """
         directory = Path(cache_dir).expanduser() if cache_dir is not None else self.cache_dir
         with self._lock:
-            if self._closed or not self.enabled:
-                raise SemanticUnavailable("disabled", "the embedding runtime is closed or disabled")
+            if self._closed:
+                raise SemanticUnavailable("disabled", "the embedding runtime is closed")
             if self.error is not None:
                 raise self.error
             if self._model is None:
@@ -154,9 +147,10 @@ class EmbeddingRuntime:
                 vectors = self._vectors[directory] = ToolVectors(self._model, directory)
             return vectors
 
-    def note(self, exc: SemanticUnavailable, requested: str) -> None:
-        """Log a fallback once per runtime per reason: a warning when `hybrid` was asked for, else info."""
-        level = logging.WARNING if requested == "hybrid" and exc.kind != "warming" else logging.INFO
+    def note(self, exc: SemanticUnavailable) -> None:
+        """Log a fallback once per runtime per reason: a warning, except `warming` (expected while a new
+        catalog is embedded), which is info."""
+        level = logging.INFO if exc.kind == "warming" else logging.WARNING
         key = (exc.kind, level)
         with self._lock:
             if key in self._logged:

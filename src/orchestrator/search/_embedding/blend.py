@@ -56,12 +56,11 @@ class HybridBlend:
     vector cache makes that happen once per tool text.
     """
 
-    def __init__(self, runtime: EmbeddingRuntime, settings: ToolSearchSettings, *, requested: str = "auto") -> None:
+    def __init__(self, runtime: EmbeddingRuntime, settings: ToolSearchSettings) -> None:
         self.runtime = runtime
         self.weight = settings.hybrid_weight
         self.floor = settings.semantic_floor
         self.timeout_ms = settings.embedding_timeout_ms
-        self.requested = requested
         self._catalog: _CatalogVectors | None = None
 
     @property
@@ -85,7 +84,7 @@ class HybridBlend:
             matrix = self._matrix(vectors, lexical.shape[0])
             query_vectors = vectors.model.embed_query(query, timeout_ms=self.timeout_ms)
         except SemanticUnavailable as exc:
-            self.runtime.note(exc, self.requested)
+            self.runtime.note(exc)
             raise
         cosines = vectors.model.similarities(query_vectors, matrix)
         scores = blend(lexical, cosines, self.weight).astype(np.float64)
@@ -112,7 +111,7 @@ class HybridBlend:
                     state.requested = True
             return vectors.wait(keys, timeout)
         except SemanticUnavailable as exc:
-            self.runtime.note(exc, self.requested)
+            self.runtime.note(exc)
             return False
 
     @staticmethod

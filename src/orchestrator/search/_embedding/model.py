@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..._errors import SemanticUnavailable
+from .._tuning import MULTILINGUAL_SHARE
 from .multilingual import MULTILINGUAL_DIMENSION, MULTILINGUAL_PACKAGE, MULTILINGUAL_SHA256, MultilingualEncoder
 from .pinned import check_hash, one_line, package_folder
 from .rules import MULTILINGUAL_DESCRIPTION_WORDS, multilingual_text, query_sentences
@@ -47,7 +48,6 @@ __all__ = [
     "MINILM_DIMENSION",
     "MODEL_ID",
     "MODEL_SHA256",
-    "MULTILINGUAL_SHARE",
     "VOCAB_PATH",
     "VOCAB_SHA256",
     "SemanticScorer",
@@ -72,9 +72,6 @@ MINILM_DIMENSION = 384
 """Width of all-MiniLM-L6-v2's sentence vectors."""
 DIMENSION = MINILM_DIMENSION + MULTILINGUAL_DIMENSION
 """Width of the joined vectors: all-MiniLM-L6-v2's columns first, then USE multilingual v3's."""
-MULTILINGUAL_SHARE = 0.4
-"""USE multilingual v3's part of every cosine (all-MiniLM-L6-v2 has the rest), chosen by leave-one-set-out
-cross-validation with the blend weight and floor (`benchmarks/hybrid_cv.py`, docs/tool-search.md)."""
 MODEL_ID = (
     f"all-MiniLM-L6-v2-int8:{MODEL_SHA256[:12]}:{VOCAB_SHA256[:12]}:{MAX_TOKENS}"
     f"+use-multilingual-v3:{MULTILINGUAL_SHA256['weights.npz'][:12]}:{MULTILINGUAL_DESCRIPTION_WORDS}:{MULTILINGUAL_SHARE}"
@@ -175,7 +172,8 @@ class SemanticScorer:
             from tokenizers.implementations import BertWordPieceTokenizer  # type: ignore[attr-defined]
         except ImportError as exc:
             raise SemanticUnavailable(
-                "missing_extra", f"{exc.name or exc} is not installed; pip install 'orchestrator[semantic]'"
+                "missing_extra",
+                f"{exc.name or exc} is not installed; it is part of orchestrator's base install: reinstall it",
             ) from exc
         model = Path(model_path) if model_path is not None else installed_model_path()
         vocab = Path(vocab_path)

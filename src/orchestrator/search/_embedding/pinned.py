@@ -27,7 +27,8 @@ def package_folder(module: str, what: str) -> Path:
         package = importlib.import_module(module)
     except ImportError as exc:
         raise SemanticUnavailable(
-            "missing_extra", f"the {what} package is not installed ({exc}); pip install 'orchestrator[semantic]'"
+            "missing_extra",
+            f"the {what} package is not installed ({exc}); it is part of orchestrator's base install: reinstall it",
         ) from exc
     return Path(str(package.__file__)).resolve().parent
 
