@@ -35,8 +35,9 @@ from ..._errors import ServerError, ToolCallTimeout, ToolExecutionError, Transpo
 from ..._telemetry import CallResult, Telemetry
 from ._cache import ToolListCache
 from ._catalog import ToolCatalog
-from ._connection import SERVING, Circuit, DroppedTool, LogSink, ServerConnection, ServerState, ServerStatus
+from ._connection import LogSink, ServerConnection
 from ._schemas import SchemaLimits
+from ._status import SERVING, Circuit, DroppedTool, ServerState, ServerStatus
 from ._transports import TransportFactory, default_transport
 
 __all__ = ["Circuit", "DroppedTool", "Listener", "MCPManager", "ServerState", "ServerStatus"]
