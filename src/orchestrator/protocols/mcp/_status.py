@@ -13,7 +13,10 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["SERVING", "Circuit", "DroppedTool", "ServerState", "ServerStatus"]
+__all__ = ["ERROR_LIMIT", "SERVING", "Circuit", "DroppedTool", "ServerState", "ServerStatus"]
+
+ERROR_LIMIT = 400
+"""Longest error message kept per server, one line."""
 
 
 class ServerState(StrEnum):
