@@ -27,8 +27,8 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from orchestrator import Telemetry
 from orchestrator._config import MCPSettings, ServerConfig
 from orchestrator._errors import ServerError, ToolCallTimeout, ToolExecutionError, TransportError
-from orchestrator.protocols.mcp._connection import Circuit, DroppedTool
 from orchestrator.protocols.mcp._manager import MCPManager, ServerState
+from orchestrator.protocols.mcp._status import Circuit, DroppedTool
 
 from .conftest import _read_port, server_script, stdio_server_config
 from .test_manager import _alive, _live_descendants

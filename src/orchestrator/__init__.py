@@ -50,8 +50,8 @@ _EXPORTS: dict[str, str] = {
     "TransportError": "._errors",
     # the MCP manager
     "MCPManager": ".protocols.mcp._manager",
-    "ServerState": ".protocols.mcp._connection",
-    "ServerStatus": ".protocols.mcp._connection",
+    "ServerState": ".protocols.mcp._status",
+    "ServerStatus": ".protocols.mcp._status",
     "TransportFactory": ".protocols.mcp._transports",
     # the catalog and tool search
     "ToolCatalog": ".protocols.mcp._catalog",
@@ -128,8 +128,8 @@ if _TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__`
     from ._planning import ProfileFilter, SpawnPlan, SpawnPlanner, ToolPlan
     from ._telemetry import Telemetry, setup_telemetry
     from .protocols.mcp._catalog import ToolCatalog, ToolEntry
-    from .protocols.mcp._connection import ServerState, ServerStatus
     from .protocols.mcp._manager import MCPManager
+    from .protocols.mcp._status import ServerState, ServerStatus
     from .protocols.mcp._transports import TransportFactory
     from .search._embedding import EmbeddingRuntime
     from .search._engine import SearchHit, ToolSearchEngine

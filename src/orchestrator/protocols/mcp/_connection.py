@@ -1,18 +1,16 @@
-"""One MCP server's connection lifecycle: start, list, follow changes, route calls, restart, stop.
+"""One MCP server's supervisor: runs its sessions, restarts them, and keeps its state for the manager.
 
-A `ServerConnection` is driven by one long-lived task (`run`, the supervisor) that owns the `mcp.Client`
-context of the current session, so calls from any task go through the same live connection. Each session:
+A `ServerConnection` is driven by one long-lived task (`run`) that runs one session at a time
+(`_session.Session`: connect, list, follow changes, carry calls) and restarts it when it ends. Each try:
 
-1. connects (spawns the stdio process, or opens the HTTP/SSE connection) and negotiates the protocol,
-   opens a `subscriptions/listen` stream on 2026-07-28 servers that announce `tools.listChanged`,
-   and lists every page of tools, all within `startup_timeout_s`; each tool is checked on the way in
-   (`_schemas.tool_problem` and the SDK's own model) and one that cannot be used is dropped with its
-   reason while the others stay;
-2. serves: a change event (listen stream) or a `notifications/tools/list_changed` message (older
-   protocol versions, through `message_handler`) triggers a full re-list; HTTP/SSE connections are
-   probed every `health_interval_s`, and a call that times out is followed by a probe;
-3. ends when the transport closes (the process died, the socket closed), a call finds the connection
-   broken, probes go unanswered, or the manager closes.
+1. the session connects and lists every page of tools, all within `startup_timeout_s` (a watchdog ends
+   a try that runs out, and marks a first start `failed` at once); the list is then published: offered
+   to the catalog (`visible_tools`, `on_change`) and written to the warm-start cache;
+2. serving: HTTP/SSE connections are probed every `health_interval_s`, and a call that times out is
+   followed by a probe; a re-list after a change is published the same way; calls wait (`_ready_session`)
+   for a server that is starting or restarting;
+3. it ends when the session does: the transport closes, a call finds the connection broken, probes go
+   unanswered, or the manager closes.
 
 The supervisor never gives up: after a session ends it restarts with exponential backoff and jitter,
 forever. While the circuit is closed (a server that was up died, fewer than `max_restarts` failures in a
@@ -24,49 +22,35 @@ when it succeeds. docs/servers.md draws the state machine.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import logging
 import math
-import os
 import random
-from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
-import httpx2
 import mcp.types as types
 from mcp import Client
-from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.dispatcher import ProgressFnT
-from mcp.shared.exceptions import MCPError
-from mcp.shared.inbound import find_invalid_x_mcp_header
-from mcp.shared.message import SessionMessage
-from mcp.types.version import MODERN_PROTOCOL_VERSIONS
-from mcp_types import methods as wire_methods
-from pydantic import ValidationError
 
-from ... import __version__
 from ..._config import ServerConfig
-from ..._errors import ServerError, ToolCallTimeout, ToolExecutionError, TransportError
+from ..._errors import ServerError
 from ..._telemetry import Telemetry
 from ._cache import ToolListCache
 from ._normalization import one_line
-from ._schemas import SchemaLimits, tool_problem
-from ._transports import TOO_LONG_MARKER, StdoutLineFault, TransportFactory, default_transport
+from ._schemas import SchemaLimits
+from ._session import NO_ANSWER, LineFaults, LogSink, Session, describe
+from ._status import ERROR_LIMIT, SERVING, Circuit, DroppedTool, ServerState, ServerStatus
+from ._transports import TransportFactory, default_transport
 
-__all__ = ["Circuit", "DroppedTool", "ServerConnection", "ServerState", "ServerStatus"]
+__all__ = ["ServerConnection"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-LogSink = Callable[[types.LoggingMessageNotificationParams], Awaitable[None]]
-"""Where a call's caller wants the server's log messages (the gateway relays them to its client)."""
 
 STABLE_UPTIME_S = 30.0
 """A session that stayed up this long before it died clears the failure count: its restart is quick
@@ -80,118 +64,8 @@ redeploy, a network blip) do not all retry in the same instant; never above `res
 HEALTH_MISSES_TO_RESTART = 2
 """Unanswered probes in a row after which an HTTP/SSE connection is restarted; one miss only marks the
 server `degraded` (a busy server may be late once)."""
-MAX_LIST_PAGES = 1000
-"""Most `tools/list` pages followed in one listing: a paginator that never ends cannot hang a re-list."""
-RELISTEN_DELAY_S = 0.2
-"""Pause before re-opening a `subscriptions/listen` stream that dropped while the connection stays up."""
-MAX_RELISTENS = 5
-"""Drops in a row (with no event in between) after which a server's change stream is given up."""
-STDERR_TAIL_BYTES = 8192
-"""How much of a stdio server's latest stderr is kept (in memory) to explain why it died."""
-ERROR_LIMIT = 400
-"""Longest error message kept per server, one line."""
 DROPPED_IN_ERROR = 3
 """Dropped tools named in a degraded server's `error` line; `dropped_tools` lists them all."""
-LINE_FAULT_LOG_INTERVAL_S = 60.0
-"""A server's skipped stdout lines are logged at most once per this many seconds (with a count of the
-ones in between), so a server printing a line per request cannot flood the log."""
-CLIENT_INFO = types.Implementation(name="orchestrator", version=__version__)
-
-
-class ServerState(StrEnum):
-    STARTING = "starting"
-    """The first start is under way; cached tools (warm start) are offered; calls wait for it."""
-    READY = "ready"
-    """Connected and listed: calls are routed."""
-    DEGRADED = "degraded"
-    """Connected and calls are routed, but something is wrong: tools were dropped, a health probe went
-    unanswered, or tool changes are no longer followed; `error` says what."""
-    RESTARTING = "restarting"
-    """A server that was up died and is being restarted (circuit closed); its tools stay offered and
-    calls wait for it."""
-    FAILED = "failed"
-    """Circuit open: it never came up, or its restarts keep failing. `error` says why; it is retried at
-    `next_retry_at`, and calls fail at once saying when. A server that was up keeps its tools offered."""
-    STOPPED = "stopped"
-    """Closed by the manager, or disabled in the config."""
-
-
-SERVING = (ServerState.READY, ServerState.DEGRADED)
-"""States in which calls are routed."""
-
-
-class Circuit(StrEnum):
-    CLOSED = "closed"
-    """Connected, or restarting quickly after a death: calls wait for the server."""
-    OPEN = "open"
-    """Failing: calls fail at once until the next try."""
-    HALF_OPEN = "half-open"
-    """The next try of an open circuit is under way; it closes the circuit if it comes up."""
-
-
-@dataclass(frozen=True)
-class DroppedTool:
-    """A tool a server listed that could not be offered."""
-
-    name: str
-    """The tool's name, or `#<position>` in the listing when it has no usable name."""
-    reason: str
-    """One line: what is wrong with it (`inputSchema is a string, not an object`...)."""
-
-
-@dataclass(frozen=True)
-class ServerStatus:
-    """A snapshot of one server, for `orchestrator servers` and health checks."""
-
-    name: str
-    transport: str
-    state: ServerState
-    tools: int
-    """Tools currently offered (live, cached while starting, last known while restarting or failed after
-    having been up); 0 when never up, or stopped."""
-    error: str | None
-    """Why it failed or is restarting, or what is degraded; None when all is well."""
-    listed_at: datetime | None
-    """When the tool list was last fetched (or, for a cached list, written); UTC."""
-    from_cache: bool
-    """True while the tool list comes from the warm-start cache rather than the live server."""
-    restarts: int = 0
-    """Failures in a row so far (sessions that did not start or did not stay up 30 s)."""
-    protocol_version: str | None = None
-    """Negotiated MCP protocol version of the current session."""
-    circuit: Circuit = Circuit.CLOSED
-    next_retry_at: datetime | None = None
-    """When the next (re)start is due (UTC); None while connected or while a try is under way."""
-    dropped_tools: tuple[DroppedTool, ...] = ()
-    """Tools of the last listing that could not be offered, each with its reason."""
-    line_faults: Mapping[str, int] = field(default_factory=dict, hash=False)
-    """stdio: stdout lines skipped (or repaired, `invalid_utf8`) since the manager started, by reason."""
-
-    @property
-    def retry_in_s(self) -> float | None:
-        """Seconds until `next_retry_at` (0 when due), or None."""
-        if self.next_retry_at is None:
-            return None
-        return max(0.0, (self.next_retry_at - datetime.now(UTC)).total_seconds())
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready, for `servers --json` and `/health`."""
-        return {
-            "name": self.name,
-            "transport": self.transport,
-            "state": str(self.state),
-            "tools": self.tools,
-            "error": self.error,
-            "circuit": str(self.circuit),
-            "restarts": self.restarts,
-            "next_retry_at": self.next_retry_at.isoformat() if self.next_retry_at else None,
-            "retry_in_s": None if self.retry_in_s is None else round(self.retry_in_s, 1),
-            "dropped_tools": [{"name": tool.name, "reason": tool.reason} for tool in self.dropped_tools],
-            "line_faults": dict(self.line_faults),
-            "listed_at": self.listed_at.isoformat() if self.listed_at else None,
-            "from_cache": self.from_cache,
-            "protocol_version": self.protocol_version,
-        }
 
 
 @dataclass
@@ -200,8 +74,48 @@ class _SessionEnd:
     reason: str = "connection closed"
 
 
+class _RetrySchedule:
+    """When the next try of a failing server is due: exponential backoff with downward jitter, kept both
+    as wall-clock time (for the status) and on the event loop's clock (for waiting calls)."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self._config = config
+        self._random = random.Random()
+        self.at: datetime | None = None
+        """When the next try is due (UTC); None while connected or while a try is under way."""
+        self._time: float | None = None  # the same moment on the event loop's clock
+
+    def schedule(self, failures: int, now: float) -> float:
+        """Set the next try after `failures` in a row, counting from `now` (loop clock); the delay."""
+        delay = self._delay(failures)
+        self._time = now + delay
+        self.at = datetime.now(UTC) + timedelta(seconds=delay)
+        return delay
+
+    def clear(self) -> None:
+        self._time = self.at = None
+
+    def remaining(self) -> float:
+        """Seconds until the next try (0 when none is scheduled)."""
+        if self._time is None:
+            return 0.0
+        return max(0.0, self._time - anyio.current_time())
+
+    def hint(self) -> str:
+        """How a failing call says when to try again."""
+        if self._time is None:
+            return "retrying now"
+        return f"retry in {max(1, math.ceil(self.remaining()))} s"
+
+    def _delay(self, failures: int) -> float:
+        """Exponential (`restart_backoff_s` doubling per failure in a row), capped, with downward jitter."""
+        base = max(self._config.restart_backoff_s, RESTART_DELAY_FLOOR_S)
+        delay = min(self._config.restart_backoff_max_s, base * 2.0 ** min(failures - 1, 40))
+        return max(RESTART_DELAY_FLOOR_S, delay * self._random.uniform(1 - BACKOFF_JITTER, 1.0))
+
+
 class ServerConnection:
-    """The connection to one configured server; see the module docstring for the lifecycle."""
+    """The connection to one configured server across its sessions; see the module docstring."""
 
     def __init__(
         self,
@@ -221,15 +135,11 @@ class ServerConnection:
         self.restarts = 0
         self.protocol_version: str | None = None
         self._circuit = Circuit.CLOSED
-        self._next_retry_at: datetime | None = None
-        self._next_retry_time: float | None = None  # the same moment on the event loop's clock
+        self._retry = _RetrySchedule(config)
         self._ever_ready = False
         self._degraded: dict[str, str] = {}
         self._dropped: tuple[DroppedTool, ...] = ()
-        self._listing_drops: dict[str, str] = {}
-        self._line_faults: Counter[str] = Counter()
-        self._line_fault_logged_at: dict[str, float] = {}
-        self._line_faults_unlogged: Counter[str] = Counter()
+        self._line_faults = LineFaults(name)
         self._tools: list[dict[str, Any]] | None = None
         self._listed_at: datetime | None = None
         self._from_cache = False
@@ -239,22 +149,12 @@ class ServerConnection:
         self._transport_factory = transport_factory
         self._telemetry = telemetry
         self._limits = schema_limits or SchemaLimits()
-        self._random = random.Random()
-        self._client: Client | None = None
-        self._session_version: str | None = None
-        self._session_tasks: anyio.abc.TaskGroup | None = None
+        self._session: Session | None = None  # the session calls go to: published and not lost
         self._checking_liveness = False
-        self._lost_reason: str | None = None
-        self._stderr = bytearray()
-        self._stderr_fd: int | None = None
         self._timed_out = False
-        self._last_noise: str | None = None
-        self._log_sinks: list[LogSink | None] = []  # one per call in flight: where its caller wants log messages
         # Created in `prepare` (anyio primitives need a running event loop).
         self._settled: anyio.Event | None = None
         self._state_changed: anyio.Event | None = None
-        self._lost: anyio.Event | None = None
-        self._relist: anyio.Event | None = None
         if cache is not None:
             self._seed_from_cache(cache)
 
@@ -282,9 +182,9 @@ class ServerConnection:
             restarts=self.restarts,
             protocol_version=self.protocol_version if self.state in SERVING else None,
             circuit=self._circuit,
-            next_retry_at=self._next_retry_at,
+            next_retry_at=self._retry.at,
             dropped_tools=self._dropped,
-            line_faults=dict(self._line_faults),
+            line_faults=dict(self._line_faults.counts),
         )
 
     async def wait_settled(self) -> None:
@@ -303,7 +203,6 @@ class ServerConnection:
         """Create the anyio primitives; call from the event loop before `run` and before any call."""
         self._settled = anyio.Event()
         self._state_changed = anyio.Event()
-        self._relist = anyio.Event()
         if self._telemetry is not None:
             self._telemetry.record_server_state(self.name, str(self.state))
 
@@ -315,18 +214,16 @@ class ServerConnection:
             await self._supervise()
         except Exception as exc:  # boundary: a bug here must not cancel the manager's other servers
             logger.exception("server %r: supervisor crashed", self.name)
-            self._set_failed(f"internal error: {_describe(exc)}")
+            self._set_failed(f"internal error: {describe(exc)}")
 
     async def _supervise(self) -> None:
         while True:
-            end = await self._session()
+            end = await self._run_session()
             now = anyio.current_time()
             if end.ready_at is not None and now - end.ready_at >= STABLE_UPTIME_S:
                 self.restarts = 0
             self.restarts += 1
-            delay = self._backoff(self.restarts)
-            self._next_retry_time = now + delay
-            self._next_retry_at = datetime.now(UTC) + timedelta(seconds=delay)
+            delay = self._retry.schedule(self.restarts, now)
             if self._ever_ready and self.restarts <= self.config.max_restarts:
                 self._circuit = Circuit.CLOSED
                 attempt = f"{self.restarts}/{self.config.max_restarts}"
@@ -337,57 +234,57 @@ class ServerConnection:
                 logger.info("server %r failed: %s; next try in %.2g s", self.name, end.reason, delay)
                 self._set_state(ServerState.FAILED, end.reason)
             await anyio.sleep(delay)
-            self._next_retry_time = self._next_retry_at = None
+            self._retry.clear()
             if self._circuit is Circuit.OPEN:
                 self._circuit = Circuit.HALF_OPEN
                 self._notify_state()
 
-    def _backoff(self, failures: int) -> float:
-        """Exponential (`restart_backoff_s` doubling per failure in a row), capped, with downward jitter."""
-        base = max(self.config.restart_backoff_s, RESTART_DELAY_FLOOR_S)
-        delay = min(self.config.restart_backoff_max_s, base * 2.0 ** min(failures - 1, 40))
-        return max(RESTART_DELAY_FLOOR_S, delay * self._random.uniform(1 - BACKOFF_JITTER, 1.0))
-
-    async def _session(self) -> _SessionEnd:
-        """One connection from start to its end; never raises except on cancellation."""
+    async def _run_session(self) -> _SessionEnd:
+        """One session from start to its end; never raises except on cancellation."""
         end = _SessionEnd()
-        self._lost = anyio.Event()
-        self._relist = anyio.Event()
-        self._lost_reason = None
+        session = Session(
+            self.name,
+            self.config,
+            self,
+            transport_factory=self._transport_factory,
+            schema_limits=self._limits,
+            line_faults=self._line_faults,
+        )
         self._timed_out = False
-        self._stderr.clear()
-        self._last_noise = None
         self._degraded.pop("probe", None)
         self._degraded.pop("changes", None)
         timeout = self.config.startup_timeout_s
         try:
             async with anyio.create_task_group() as guard:
                 startup = anyio.CancelScope()
-                watchdog = await guard.start(self._startup_watchdog, startup, timeout)
+                watchdog = await guard.start(self._startup_watchdog, session, startup, timeout)
                 try:
                     with startup:
-                        await self._connect_and_serve(end, watchdog)
+                        await self._serve(session, end, watchdog)
                 finally:
                     watchdog.cancel()
         except Exception as exc:  # boundary: anything that ends a session becomes its reason
             if self._timed_out and end.ready_at is None:
-                end.reason = self._timeout_reason(timeout)
+                end.reason = session.timeout_reason(timeout)
             else:
-                end.reason = self._lost_reason or self._explain(exc, started=end.ready_at is not None)
+                end.reason = session.lost_reason or session.explain(exc, started=end.ready_at is not None)
         else:
             if self._timed_out and end.ready_at is None:
-                end.reason = self._timeout_reason(timeout)
+                end.reason = session.timeout_reason(timeout)
             else:
-                end.reason = self._lost_reason or "connection closed"
+                end.reason = session.lost_reason or "connection closed"
         finally:
-            self._client = None
-            self._session_tasks = None
-            self._session_version = None
+            self._session = None
             self.protocol_version = None
         return end
 
     async def _startup_watchdog(
-        self, startup: anyio.CancelScope, limit_s: float, *, task_status: anyio.abc.TaskStatus[anyio.CancelScope]
+        self,
+        session: Session,
+        startup: anyio.CancelScope,
+        limit_s: float,
+        *,
+        task_status: anyio.abc.TaskStatus[anyio.CancelScope],
     ) -> None:
         """Cancel the start after `limit_s`; a first start is marked failed before the slow cleanup."""
         with anyio.CancelScope() as scope:
@@ -396,338 +293,66 @@ class ServerConnection:
             self._timed_out = True
             if self.state is ServerState.STARTING:
                 self._circuit = Circuit.OPEN
-                self._set_failed(self._timeout_reason(limit_s))
+                self._set_failed(session.timeout_reason(limit_s))
             startup.cancel()
 
-    async def _connect_and_serve(self, end: _SessionEnd, watchdog: anyio.CancelScope) -> None:
-        async with anyio.create_task_group() as tasks:
-            if self.config.transport == "stdio":
-                read_fd, write_fd = os.pipe()
-                tasks.start_soon(self._collect_stderr, read_fd)
-                errlog = os.fdopen(write_fd, "w", closefd=True)
-            else:
-                errlog = None
-            try:
-                async with self._client_for(errlog) as client:
-                    if errlog is not None:
-                        errlog.close()  # the child holds its own copy; EOF on the pipe then means it exited
-                        errlog = None
-                    await self._serve(client, end, watchdog)
-            finally:
-                if errlog is not None:
-                    errlog.close()
-                tasks.cancel_scope.cancel()
-
-    async def _serve(self, client: Client, end: _SessionEnd, watchdog: anyio.CancelScope) -> None:
-        assert self._lost is not None
-        self.protocol_version = self._session_version = client.protocol_version
-        async with anyio.create_task_group() as tasks:
-            if self._announces_changes(client):
-                await tasks.start(self._follow_subscription, client)
-            tools, dropped = await self._list_all(client)
+    async def _serve(self, session: Session, end: _SessionEnd, watchdog: anyio.CancelScope) -> None:
+        async with session.open():
+            self.protocol_version = session.protocol_version
+            tools, dropped = await session.list_tools()
             if self._timed_out:
                 return  # the watchdog fired as the listing finished: this start has already failed
             watchdog.cancel()
             end.ready_at = anyio.current_time()
-            self._client = client
-            self._session_tasks = tasks
-            self._publish(tools, dropped)
-            tasks.start_soon(self._relist_loop, client)
+            self._session = session
+            self.publish(tools, dropped)
+            session.serve()
             if self.config.transport != "stdio" and self.config.health_interval_s > 0:
-                tasks.start_soon(self._health_loop, client)
-            await self._lost.wait()
-            tasks.cancel_scope.cancel()
-
-    # ------------------------------------------------------------------ transports
-
-    @contextlib.asynccontextmanager
-    async def _client_for(self, errlog: Any) -> AsyncIterator[Client]:
-        """An entered `mcp.Client` over this server's transport, watching for the transport's end and
-        checking each tool of every `tools/list` answer on its way to the SDK."""
-        inner = self._transport_factory(self.name, self.config, errlog)
-        client = Client(
-            _WatchedTransport(inner, self._transport_closed, self._filter_listing),
-            message_handler=self._on_message,
-            logging_callback=self._on_log,
-            client_info=CLIENT_INFO,
-        )
-        async with client:
-            yield client
-
-    def _transport_closed(self) -> None:
-        when = "" if self._client is not None else " during startup"
-        if self.config.transport == "stdio":
-            self._mark_lost(f"server process exited{when}" + self._stderr_hint())
-        else:
-            self._mark_lost(f"the server closed the connection{when}")
-
-    async def _collect_stderr(self, read_fd: int) -> None:
-        """Keep the tail of the child's stderr (bounded) until the pipe closes or the session ends."""
-        os.set_blocking(read_fd, False)
-        self._stderr_fd = read_fd
-        try:
-            while self._drain_stderr():
-                await anyio.wait_readable(read_fd)
-        finally:
-            self._stderr_fd = None
-            os.close(read_fd)
-
-    def _drain_stderr(self) -> bool:
-        """Read what the child has written to stderr so far; False once the pipe is closed.
-
-        Synchronous and non-blocking, so an error message can include the last words of a server whose
-        stdout EOF was noticed before its stderr was read.
-        """
-        fd = self._stderr_fd
-        if fd is None:
-            return False
-        while True:
-            try:
-                chunk = os.read(fd, 65536)
-            except BlockingIOError:
-                return True
-            except OSError:
-                return False
-            if not chunk:
-                return False
-            self._stderr.extend(chunk)
-            del self._stderr[:-STDERR_TAIL_BYTES]
-            logger.debug("server %r stderr: %s", self.name, chunk.decode("utf-8", "replace").rstrip())
+                session.start_soon(self._health_loop)
+            await session.wait_lost()
 
     # ------------------------------------------------------------------ health
 
-    async def _health_loop(self, client: Client) -> None:
+    async def _health_loop(self, session: Session) -> None:
         """Probe an idle HTTP/SSE connection every `health_interval_s`: a dead or frozen server is noticed
         without waiting for a call. One miss degrades it; `HEALTH_MISSES_TO_RESTART` in a row restart it."""
         misses = 0
         timeout = self.config.health_timeout_s
         while True:
             await anyio.sleep(self.config.health_interval_s)
-            problem = await self._probe(client)
+            problem = await session.probe()
             if problem is None:
                 misses = 0
-                self._set_degraded("probe", None)
-            elif problem == _NO_ANSWER:
+                self.set_degraded("probe", None)
+            elif problem == NO_ANSWER:
                 misses += 1
                 if misses >= HEALTH_MISSES_TO_RESTART:
-                    self._mark_lost(
+                    session.mark_lost(
                         f"{misses} health probes in a row got no answer within health_timeout_s={timeout:g} s"
                     )
                     return
-                self._set_degraded("probe", f"a health probe got no answer within health_timeout_s={timeout:g} s")
+                self.set_degraded("probe", f"a health probe got no answer within health_timeout_s={timeout:g} s")
             else:
-                self._mark_lost(f"health probe failed: {problem}")
+                session.mark_lost(f"health probe failed: {problem}")
                 return
 
-    async def _probe(self, client: Client) -> str | None:
-        """One round trip within `health_timeout_s`: None when the server answered (even with an error),
-        `_NO_ANSWER`, or why the connection is broken. `server/discover` on 2026-07-28 sessions (which
-        dropped `ping`), `ping` on older ones."""
-        with anyio.move_on_after(self.config.health_timeout_s):
-            try:
-                if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                    await client.session.send_discover(client.protocol_version)
-                else:
-                    await client.session.send_ping()
-            except MCPError as exc:
-                if exc.code == types.CONNECTION_CLOSED:
-                    return "the connection closed"
-                if exc.code == types.REQUEST_TIMEOUT:
-                    return _NO_ANSWER
-                return None  # an error answer is still an answer
-            except Exception as exc:  # boundary: a broken transport is a reason, not a crash
-                return _describe(exc)
-            return None
-        return _NO_ANSWER
-
-    def _check_liveness(self, client: Client) -> None:
+    def call_timed_out(self, session: Session) -> None:
         """After a call timed out: probe in the background, and restart a connection that stopped answering
         altogether (a server that no longer reads its input, a wedged socket)."""
-        tasks = self._session_tasks
-        if tasks is None or client is not self._client or self._checking_liveness:
+        if session is not self._session or not session.serving or self._checking_liveness:
             return
         self._checking_liveness = True
-        tasks.start_soon(self._liveness, client)
+        session.start_soon(self._liveness)
 
-    async def _liveness(self, client: Client) -> None:
+    async def _liveness(self, session: Session) -> None:
         try:
-            problem = await self._probe(client)
+            problem = await session.probe()
         finally:
             self._checking_liveness = False
-        if problem is not None and client is self._client:
+        if problem is not None and session is self._session:
             timeout = self.config.health_timeout_s
-            detail = f"no answer within health_timeout_s={timeout:g} s" if problem == _NO_ANSWER else problem
-            self._mark_lost(f"the connection stopped answering: a call timed out, then a health probe got {detail}")
-
-    # ------------------------------------------------------------------ listing and changes
-
-    def _announces_changes(self, client: Client) -> bool:
-        if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-            return False  # older servers send notifications/tools/list_changed to `_on_message`
-        tools = client.server_capabilities.tools
-        return bool(tools and tools.list_changed)
-
-    async def _follow_subscription(
-        self, client: Client, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Hold a `subscriptions/listen` stream for tool changes; re-open it (and re-list) if it drops.
-
-        Gives up after `MAX_RELISTENS` drops in a row that delivered no event, so a server that keeps
-        closing its streams cannot cause a re-list storm; its changes are then not followed (`degraded`).
-        """
-        started = False
-        drops = 0
-        while True:
-            try:
-                async with client.listen(tools_list_changed=True) as subscription:
-                    if started:
-                        self._request_relist()  # no replay: changes while it was down are unknown
-                    else:
-                        started = True
-                        task_status.started()
-                    async for _event in subscription:
-                        drops = 0
-                        self._request_relist()
-            except SubscriptionLost as exc:
-                logger.debug("server %r: listen stream dropped: %s", self.name, exc)
-            except (MCPError, ListenNotSupportedError) as exc:
-                if isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED:
-                    self._mark_lost("the server closed the connection")
-                else:
-                    logger.info("server %r: no change subscription: %s", self.name, _describe(exc))
-                if not started:
-                    task_status.started()
-                return
-            if not started:
-                started = True
-                task_status.started()
-            drops += 1
-            if drops >= MAX_RELISTENS:
-                logger.warning("server %r: change stream keeps dropping; tool changes are not followed", self.name)
-                self._set_degraded("changes", "tool changes are not followed: the change stream keeps dropping")
-                return
-            await anyio.sleep(RELISTEN_DELAY_S)
-
-    async def _on_message(self, message: Any) -> None:
-        """Incoming notifications (older protocol versions) and unusable output from the server."""
-        if isinstance(message, types.ToolListChangedNotification):
-            self._request_relist()
-        elif isinstance(message, StdoutLineFault):
-            self._note_line_fault(message)
-        elif isinstance(message, Exception):
-            self._last_noise = _noise_text(message)
-            logger.debug("server %r wrote non-MCP output: %s", self.name, self._last_noise)
-
-    def _note_line_fault(self, fault: StdoutLineFault) -> None:
-        """Count a skipped (or repaired) stdout line; log it, at most once per reason and
-        `LINE_FAULT_LOG_INTERVAL_S`, with the count of those not logged in between."""
-        reason = fault.reason
-        self._line_faults[reason] += 1
-        if reason != "invalid_utf8":
-            self._last_noise = fault.excerpt
-        now = anyio.current_time()
-        logged_at = self._line_fault_logged_at.get(reason)
-        if logged_at is not None and now - logged_at < LINE_FAULT_LOG_INTERVAL_S:
-            self._line_faults_unlogged[reason] += 1
-            return
-        unlogged = self._line_faults_unlogged.pop(reason, 0)
-        since = f" ({unlogged} more since the last report)" if unlogged else ""
-        self._line_fault_logged_at[reason] = now
-        level = logging.WARNING if fault.reason in ("too_long", "too_deep") else logging.INFO
-        logger.log(level, "server %r: %s%s", self.name, _LINE_FAULT_TEXT[fault.reason].format(fault=fault), since)
-
-    def _request_relist(self) -> None:
-        if self._relist is not None:
-            self._relist.set()
-
-    async def _relist_loop(self, client: Client) -> None:
-        assert self._relist is not None
-        while True:
-            await self._relist.wait()
-            self._relist = anyio.Event()
-            try:
-                with anyio.fail_after(self.config.call_timeout_s):
-                    tools, dropped = await self._list_all(client)
-            except TimeoutError:
-                logger.warning("server %r: re-listing tools took over %g s", self.name, self.config.call_timeout_s)
-                continue
-            except MCPError as exc:
-                if exc.code == types.CONNECTION_CLOSED:
-                    self._mark_lost("the server closed the connection")
-                    return
-                logger.warning("server %r: re-listing tools failed: %s", self.name, _describe(exc))
-                continue
-            except (ValidationError, _ListingError) as exc:
-                logger.warning("server %r: re-listing tools failed: %s", self.name, _describe(exc))
-                continue
-            except Exception as exc:  # boundary: transport failures end the session, not the manager
-                self._mark_lost(f"re-listing tools failed: {_describe(exc)}")
-                return
-            self._publish(tools, dropped)
-
-    async def _list_all(self, client: Client) -> tuple[list[dict[str, Any]], tuple[DroppedTool, ...]]:
-        """Every usable tool, following `nextCursor` to the end, in wire shape (absent keys omitted), and
-        the tools dropped on the way in (`_filter_listing`)."""
-        self._listing_drops = {}
-        tools: list[dict[str, Any]] = []
-        cursor: str | None = None
-        seen: set[str] = set()
-        for _ in range(MAX_LIST_PAGES):
-            page = await client.list_tools(cursor=cursor, cache_mode="refresh")
-            tools.extend(tool.model_dump(by_alias=True, mode="json", exclude_unset=True) for tool in page.tools)
-            cursor = page.next_cursor
-            if not cursor:
-                dropped = tuple(DroppedTool(name, reason) for name, reason in self._listing_drops.items())
-                return tools, dropped
-            if cursor in seen:
-                raise _ListingError(f"tools/list repeated cursor {cursor!r}")
-            seen.add(cursor)
-        raise _ListingError(f"tools/list did not end within {MAX_LIST_PAGES} pages")
-
-    def _filter_listing(self, result: dict[str, Any]) -> dict[str, Any]:
-        """One `tools/list` page as the server sent it -> the page with only usable tools.
-
-        Runs on the raw result before the SDK parses it, so one broken tool (a string for `inputSchema`, a
-        recursive `$ref`) no longer fails the whole listing; each dropped tool is remembered with its reason.
-        """
-        tools = result.get("tools")
-        if not isinstance(tools, list):
-            return result  # not a page of tools: the SDK names the problem
-        version = self._session_version
-        rest = {key: value for key, value in result.items() if key != "tools"}
-        kept: list[Any] = []
-        for index, tool in enumerate(tools):
-            tool = _with_object_type(tool)
-            reason = tool_problem(tool, self._limits) or self._wire_problem(tool, rest, version)
-            if reason is None:
-                kept.append(tool)
-            else:
-                name = tool.get("name") if isinstance(tool, Mapping) else None
-                label = name if isinstance(name, str) and name else f"#{index}"
-                self._listing_drops[label] = one_line(reason, ERROR_LIMIT)
-        return {**rest, "tools": kept}
-
-    @staticmethod
-    def _wire_problem(tool: Mapping[str, Any], rest: Mapping[str, Any], version: str | None) -> str | None:
-        """What the SDK itself would refuse in this tool at the negotiated version (its own models, and at
-        2026-07-28 its `x-mcp-header` rule), as one line; None when it accepts it."""
-        if version is None:
-            return None
-        if version in MODERN_PROTOCOL_VERSIONS:
-            invalid = find_invalid_x_mcp_header(dict(tool["inputSchema"]))
-            if invalid is not None:
-                return f"inputSchema has an invalid x-mcp-header: {invalid}"
-        try:
-            wire_methods.validate_server_result("tools/list", version, {**rest, "tools": [tool]})
-        except ValidationError as exc:
-            for error in exc.errors():
-                location = error["loc"]
-                if location[:2] == ("tools", 0) and len(location) > 2:
-                    where = ".".join(str(part) for part in location[2:])
-                    return f"{where}: {error['msg']}"
-        except (KeyError, ValueError):  # an unknown method/version pair: the SDK does not check it either
-            return None
-        return None
+            detail = f"no answer within health_timeout_s={timeout:g} s" if problem == NO_ANSWER else problem
+            session.mark_lost(f"the connection stopped answering: a call timed out, then a health probe got {detail}")
 
     # ------------------------------------------------------------------ calls
 
@@ -741,46 +366,8 @@ class ServerConnection:
         on_log: LogSink | None = None,
     ) -> types.CallToolResult:
         """Route one call; see `MCPManager.call_tool` for the errors and the keyword arguments."""
-        client = await self._ready_client()
-        self._log_sinks.append(on_log)
-        try:
-            with anyio.fail_after(self.config.call_timeout_s):
-                result = await client.call_tool(
-                    tool,
-                    arguments,
-                    progress_callback=progress_callback,
-                    meta=meta,  # type: ignore[arg-type]
-                )
-        except TimeoutError:
-            self._check_liveness(client)
-            raise ToolCallTimeout(
-                self.name, tool, f"no answer within call_timeout_s={self.config.call_timeout_s:g} s"
-            ) from None
-        except MCPError as exc:
-            if exc.code == types.CONNECTION_CLOSED:
-                reason = self._lost_reason or "the connection closed during the call"
-                self._mark_lost(reason)
-                raise TransportError(self.name, tool, reason) from None
-            if exc.error.data == TOO_LONG_MARKER:
-                message = one_line(exc.message, ERROR_LIMIT)
-            else:
-                message = f"server answered with error {exc.code}: {one_line(exc.message, ERROR_LIMIT)}"
-            raise ToolExecutionError(self.name, tool, message, result=_error_result(message)) from None
-        except (ValidationError, RuntimeError, RecursionError) as exc:
-            # The answer arrived but cannot be used (wrong shape, structured content that misses the
-            # output schema, nested too deep): a problem of this result, not of the connection.
-            message = f"server sent an invalid result: {one_line(str(exc) or type(exc).__name__, ERROR_LIMIT)}"
-            raise ToolExecutionError(self.name, tool, message, result=_error_result(message)) from None
-        except Exception as exc:  # boundary: broken streams, sockets, HTTP errors
-            reason = self._lost_reason or _describe(exc)
-            self._mark_lost(reason)
-            raise TransportError(self.name, tool, reason) from None
-        finally:
-            self._log_sinks.remove(on_log)
-        if result.is_error:
-            message = f"the tool reported an error: {_result_text(result)}"
-            raise ToolExecutionError(self.name, tool, message, result=result)
-        return result
+        session = await self._ready_session()
+        return await session.call_tool(tool, arguments, progress_callback=progress_callback, meta=meta, on_log=on_log)
 
     async def request(self, what: str, func: Callable[[Client], Awaitable[T]]) -> T:
         """`func(live client)` within `call_timeout_s`: resources and prompts, which the gateway passes on.
@@ -789,37 +376,21 @@ class ServerConnection:
             ServerError: not ready (as for calls), or no answer within `call_timeout_s` (`what` names it).
             MCPError: the server answered with a JSON-RPC error.
         """
-        client = await self._ready_client()
-        with anyio.move_on_after(self.config.call_timeout_s) as scope:
-            return await func(client)
-        assert scope.cancelled_caught
-        raise ServerError(self.name, f"{what}: no answer within call_timeout_s={self.config.call_timeout_s:g} s")
+        session = await self._ready_session()
+        return await session.request(what, func)
 
-    async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
-        """A log message from the server goes to the caller of the call it belongs to. The protocol does
-        not say which call that is once the message reaches the client, so it is delivered only while
-        exactly one call is in flight (and its caller wants log messages); with several, it could be any."""
-        sink = self._log_sinks[0] if len(self._log_sinks) == 1 else None
-        if sink is not None:
-            try:
-                await sink(params)
-            except Exception:  # boundary: the caller may be gone; the server's session must go on
-                logger.debug("server %r: relaying a log message failed", self.name, exc_info=True)
-        else:
-            logger.debug("server %r log (%s): %s", self.name, params.level, str(params.data)[:200])
-
-    async def _ready_client(self) -> Client:
-        """The live client. While the first start or a quick restart is under way, waits for it (up to
+    async def _ready_session(self) -> Session:
+        """The live session. While the first start or a quick restart is under way, waits for it (up to
         `startup_timeout_s` plus the backoff still to run); a failed server (circuit open) answers at once."""
         assert self._state_changed is not None, "the manager has not started"
-        bound = self.config.startup_timeout_s + self._retry_in()
+        bound = self.config.startup_timeout_s + self._retry.remaining()
         deadline = anyio.current_time() + bound
         while True:
-            client = self._client
-            if self.state in SERVING and client is not None:
-                return client
+            session = self._session
+            if self.state in SERVING and session is not None:
+                return session
             if self.state is ServerState.FAILED:
-                raise ServerError(self.name, f"failed: {self.error}; {self._retry_hint()}")
+                raise ServerError(self.name, f"failed: {self.error}; {self._retry.hint()}")
             if self.state is ServerState.STOPPED:
                 raise ServerError(self.name, "stopped")
             remaining = deadline - anyio.current_time()
@@ -828,18 +399,8 @@ class ServerConnection:
             with anyio.move_on_after(remaining):
                 await self._state_changed.wait()
         if self.state is ServerState.RESTARTING:
-            raise ServerError(self.name, f"restarting ({self.error}); {self._retry_hint()}")
+            raise ServerError(self.name, f"restarting ({self.error}); {self._retry.hint()}")
         raise ServerError(self.name, f"not ready after {bound:g} s (still starting: {self.error or 'connecting'})")
-
-    def _retry_in(self) -> float:
-        if self._next_retry_time is None:
-            return 0.0
-        return max(0.0, self._next_retry_time - anyio.current_time())
-
-    def _retry_hint(self) -> str:
-        if self._next_retry_time is None:
-            return "retrying now"
-        return f"retry in {max(1, math.ceil(self._retry_in()))} s"
 
     # ------------------------------------------------------------------ state
 
@@ -852,7 +413,8 @@ class ServerConnection:
         self._from_cache = True
         self._published = entry.tools
 
-    def _publish(self, tools: list[dict[str, Any]], dropped: tuple[DroppedTool, ...]) -> None:
+    def publish(self, tools: list[dict[str, Any]], dropped: tuple[DroppedTool, ...]) -> None:
+        """Offer a fresh listing: the catalog hears of it (`on_change`) and the cache keeps it."""
         for tool in [tool for tool in dropped if tool not in self._dropped]:  # once, not on every re-list
             logger.info("server %r: tool %r dropped: %s", self.name, tool.name, tool.reason)
         self._tools = tools
@@ -861,7 +423,7 @@ class ServerConnection:
         self._from_cache = False
         self._ever_ready = True
         self._circuit = Circuit.CLOSED
-        self._next_retry_time = self._next_retry_at = None
+        self._retry.clear()
         self._degraded.pop("tools", None)
         if dropped:
             named = "; ".join(f"{tool.name} ({tool.reason})" for tool in dropped[:DROPPED_IN_ERROR])
@@ -875,7 +437,7 @@ class ServerConnection:
                 where = self._cache.directory
                 logger.warning("server %r: cannot write the tool cache in %s: %s", self.name, where, exc)
 
-    def _set_degraded(self, cause: str, problem: str | None) -> None:
+    def set_degraded(self, cause: str, problem: str | None) -> None:
         """Record (or clear, with None) one reason the connected server is degraded."""
         if problem is None:
             if self._degraded.pop(cause, None) is None:
@@ -886,8 +448,17 @@ class ServerConnection:
             self._degraded[cause] = problem
         self._set_serving()
 
+    def session_lost(self, session: Session, reason: str) -> None:
+        """A session broke: new calls wait for the restart instead of hitting it, and a serving server says
+        so now (closing the old session may take a moment)."""
+        if session is not self._session:
+            return  # lost during its start: the supervisor decides the state when it ends
+        self._session = None
+        if self.state in SERVING:
+            self._set_state(ServerState.RESTARTING, reason)
+
     def _set_serving(self) -> None:
-        if self._client is None or self.state is ServerState.STOPPED:
+        if self._session is None or self.state is ServerState.STOPPED:
             return  # not connected: the supervisor decides the state
         if self._degraded:
             self._set_state(ServerState.DEGRADED, "; ".join(self._degraded.values()))
@@ -921,221 +492,6 @@ class ServerConnection:
 
     def set_stopped(self) -> None:
         """Mark the server stopped (the manager closed); keeps the last error for the record."""
-        self._client = None
-        self._next_retry_time = self._next_retry_at = None
+        self._session = None
+        self._retry.clear()
         self._set_state(ServerState.STOPPED, self.error if self.state is ServerState.FAILED else None)
-
-    def _mark_lost(self, reason: str) -> None:
-        if self._lost is None or self._lost.is_set():
-            return
-        self._lost_reason = reason
-        self._client = None  # new calls wait for the restart instead of hitting the dying session
-        self._lost.set()
-        if self.state in SERVING:  # say so now: closing the old session may take a moment
-            self._set_state(ServerState.RESTARTING, reason)
-
-    # ------------------------------------------------------------------ explanations
-
-    def _timeout_reason(self, timeout: float) -> str:
-        reason = f"no answer within startup_timeout_s={timeout:g} s"
-        if self._last_noise:
-            reason += f"; it wrote non-MCP output on stdout: {self._last_noise}"
-        return reason + self._stderr_hint()
-
-    def _stderr_hint(self) -> str:
-        self._drain_stderr()
-        tail = self._stderr.decode("utf-8", "replace").strip().splitlines()
-        return f"; stderr: {one_line(tail[-1], 200)}" if tail else ""
-
-    def _explain(self, exc: BaseException, *, started: bool) -> str:
-        """One line saying why a session ended, from its exception."""
-        leaf = _leaf(exc)
-        config = self.config
-        if isinstance(leaf, MCPError) and leaf.code == types.CONNECTION_CLOSED:
-            what = "server process exited" if config.transport == "stdio" else "the server closed the connection"
-            return (what if started else f"{what} during startup") + self._stderr_hint()
-        if isinstance(leaf, OSError) and config.transport == "stdio" and not started:
-            if config.cwd and not os.path.isdir(config.cwd):
-                return f"cannot start {config.command!r}: working directory {config.cwd!r} does not exist"
-            return f"cannot start {config.command!r}: {leaf.strerror or leaf}"
-        if isinstance(leaf, httpx2.HTTPStatusError):
-            return f"HTTP {leaf.response.status_code} from {leaf.request.url}"
-        if isinstance(leaf, httpx2.HTTPError):
-            return f"cannot reach {config.url}: {_describe(leaf)}"
-        if isinstance(leaf, _ListingError):
-            return str(leaf)
-        if isinstance(leaf, MCPError):
-            return f"initialization failed: {_describe(leaf)}" if not started else _describe(leaf)
-        return _describe(leaf) + (self._stderr_hint() if config.transport == "stdio" else "")
-
-
-_NO_ANSWER = "no answer"
-"""`_probe`'s verdict for a probe that timed out (the connection may still be alive, just not answering)."""
-
-_LINE_FAULT_TEXT = {
-    "not_json": "skipped a stdout line that is not JSON: {fault.excerpt}",
-    "not_jsonrpc": "skipped a stdout line that is not a JSON-RPC message: {fault.excerpt}",
-    "too_long": "dropped a stdout line longer than max_message_bytes ({fault.size} bytes read): {fault.excerpt}",
-    "too_deep": "skipped a stdout line nested too deeply to parse: {fault.excerpt}",
-    "invalid_utf8": "replaced invalid UTF-8 in a stdout line: {fault.excerpt}",
-}
-"""How each `StdoutLineFault` reason is logged."""
-
-
-def _with_object_type(tool: Any) -> Any:
-    """The tool with `"type": "object"` added to an `inputSchema` that has no `type` (MCP requires it; some
-    published servers leave it out, and `tools/call` arguments are an object anyway)."""
-    if isinstance(tool, Mapping) and isinstance(tool.get("inputSchema"), Mapping) and "type" not in tool["inputSchema"]:
-        return {**tool, "inputSchema": {"type": "object", **tool["inputSchema"]}}
-    return tool
-
-
-class _ListingError(Exception):
-    """The server's tools/list pagination misbehaved."""
-
-
-class _WatchedTransport:
-    """Wraps a transport so the end of its read stream (EOF: process exited, socket closed) is noticed, and
-    each `tools/list` result passes through `filter_listing` before the SDK parses it.
-
-    Without the first a dead server with no request in flight would go unnoticed until the next call;
-    without the second one unusable tool fails the SDK's parsing of the whole page.
-    """
-
-    def __init__(
-        self, inner: Any, on_end: Callable[[], None], filter_listing: Callable[[dict[str, Any]], dict[str, Any]]
-    ) -> None:
-        self._inner = inner
-        self._on_end = on_end
-        self._filter_listing = filter_listing
-        self._listings: set[Any] = set()
-        """Ids of the `tools/list` requests sent and not yet answered."""
-
-    async def __aenter__(self) -> tuple[Any, Any]:
-        read_stream, write_stream = await self._inner.__aenter__()
-        return _WatchedReadStream(read_stream, self._on_end, self._incoming), _WatchedWriteStream(
-            write_stream, self._outgoing
-        )
-
-    async def __aexit__(self, *exc_info: Any) -> bool | None:
-        suppressed: bool | None = await self._inner.__aexit__(*exc_info)
-        return suppressed
-
-    def _outgoing(self, item: Any) -> None:
-        message = getattr(item, "message", None)
-        if isinstance(message, types.JSONRPCRequest) and message.method == "tools/list":
-            self._listings.add(message.id)
-
-    def _incoming(self, item: Any) -> Any:
-        if not self._listings or not isinstance(item, SessionMessage):
-            return item
-        message = item.message
-        if isinstance(message, types.JSONRPCError):
-            self._listings.discard(message.id)
-        elif isinstance(message, types.JSONRPCResponse) and message.id in self._listings:
-            self._listings.discard(message.id)
-            filtered = self._filter_listing(message.result)
-            return dataclasses.replace(item, message=message.model_copy(update={"result": filtered}))
-        return item
-
-
-class _WatchedWriteStream:
-    """A write stream that shows each outgoing message to `on_send` first."""
-
-    def __init__(self, inner: Any, on_send: Callable[[Any], None]) -> None:
-        self._inner = inner
-        self._on_send = on_send
-
-    async def send(self, item: Any) -> None:
-        self._on_send(item)
-        await self._inner.send(item)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    def close(self) -> None:
-        self._inner.close()
-
-    async def __aenter__(self) -> _WatchedWriteStream:
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> None:
-        await self.aclose()
-
-
-class _WatchedReadStream:
-    """A read stream that passes each item through `transform` and calls `on_end` once when it reaches its
-    end or is closed under the reader."""
-
-    def __init__(self, inner: Any, on_end: Callable[[], None], transform: Callable[[Any], Any]) -> None:
-        self._inner = inner
-        self._on_end = on_end
-        self._transform = transform
-
-    @property
-    def last_context(self) -> Any:
-        return getattr(self._inner, "last_context", None)
-
-    async def receive(self) -> Any:
-        try:
-            item = await self._inner.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._on_end()
-            raise
-        return self._transform(item)
-
-    def __aiter__(self) -> _WatchedReadStream:
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> _WatchedReadStream:
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> None:
-        await self.aclose()
-
-
-def _leaf(exc: BaseException) -> BaseException:
-    """The first non-cancellation leaf of an exception group (task groups wrap the real cause)."""
-    while isinstance(exc, BaseExceptionGroup):
-        inner = [e for e in exc.exceptions if not isinstance(e, anyio.get_cancelled_exc_class())]
-        exc = (inner or list(exc.exceptions))[0]
-    return exc
-
-
-def _describe(exc: BaseException) -> str:
-    leaf = _leaf(exc)
-    if isinstance(leaf, MCPError):
-        text = f"{leaf.message} (error {leaf.code})"
-    else:
-        text = str(leaf) or type(leaf).__name__
-        if type(leaf).__name__ not in text:
-            text = f"{type(leaf).__name__}: {text}"
-    return one_line(text, ERROR_LIMIT)
-
-
-def _noise_text(exc: Exception) -> str:
-    """The offending line of a stdout parse failure, quoted, or the error text."""
-    if isinstance(exc, ValidationError):
-        for error in exc.errors():
-            if isinstance(error.get("input"), str):
-                return repr(one_line(error["input"], 80))
-    return one_line(str(exc), 120)
-
-
-def _error_result(message: str) -> types.CallToolResult:
-    """An isError result standing in for a protocol-level error, so `ToolExecutionError.result` is always set."""
-    return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
-
-
-def _result_text(result: types.CallToolResult) -> str:
-    texts = [block.text for block in result.content if isinstance(block, types.TextContent)]
-    return one_line(" ".join(texts), ERROR_LIMIT) or "(no text)"

@@ -4,10 +4,11 @@
         manager.tool_lists()                           # server -> tools (tools/list wire shape)
         await manager.call_tool("time", "get_current_time", {"timezone": "UTC"})
 
-Each server runs in its own long-lived task (`connection.ServerConnection`) inside the manager's task
-group: servers start concurrently, one that hangs or crashes never holds up the others, and closing
-the manager (normally, on an error, or on Ctrl-C/cancellation) cancels that group, which stops every
-child process it started. Enter and exit the manager in the same task.
+Each server runs in its own long-lived task (`_connection.ServerConnection`, its supervisor, which runs
+one `_session.Session` at a time) inside the manager's task group: servers start concurrently, one that
+hangs or crashes never holds up the others, and closing the manager (normally, on an error, or on
+Ctrl-C/cancellation) cancels that group, which stops every child process it started. Enter and exit the
+manager in the same task.
 
 `version` rises whenever any server's offered tool list changes (a re-list after `list_changed`, a
 server coming up, a server that never came up failing); listeners registered with `add_listener` hear
@@ -35,8 +36,10 @@ from ..._errors import ServerError, ToolCallTimeout, ToolExecutionError, Transpo
 from ..._telemetry import CallResult, Telemetry
 from ._cache import ToolListCache
 from ._catalog import ToolCatalog
-from ._connection import SERVING, Circuit, DroppedTool, LogSink, ServerConnection, ServerState, ServerStatus
+from ._connection import ServerConnection
 from ._schemas import SchemaLimits
+from ._session import LogSink
+from ._status import SERVING, Circuit, DroppedTool, ServerState, ServerStatus
 from ._transports import TransportFactory, default_transport
 
 __all__ = ["Circuit", "DroppedTool", "Listener", "MCPManager", "ServerState", "ServerStatus"]

@@ -6,7 +6,7 @@ recursion limit of whatever walks it next (pydantic, `json.dumps`, jsonschema), 
 cost memory and tokens on every plan. Each check here is iterative, so the input cannot break the check
 itself, and each problem is one line naming the field and the limit.
 
-Used on each tool of a server's listing (`_connection`: a tool that fails is dropped with its reason, the
+Used on each tool of a server's listing (`_session`: a tool that fails is dropped with its reason, the
 server's other tools stay) and, through `schema_problem` and `json_depth`, wherever arguments are
 validated against a schema (`_meta_tools`).
 """

@@ -19,16 +19,20 @@ because a real server's stdout is not always clean and the SDK's reader is not b
 
 The messages themselves still go through the SDK's client and session unchanged. Tests hand the manager
 another factory, for example one that returns the SDK's in-memory transport to an in-process server.
+
+`WatchedTransport` wraps whatever the factory opens: it notices the end of the read stream, and passes each
+`tools/list` answer through the connection's per-tool check before the SDK parses it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import IO, Any, Protocol, TextIO, cast
 
 import anyio
@@ -49,6 +53,7 @@ __all__ = [
     "TOO_LONG_MARKER",
     "StdoutLineFault",
     "TransportFactory",
+    "WatchedTransport",
     "default_transport",
     "stdio_transport",
 ]
@@ -358,3 +363,112 @@ async def _open_sdk(config: ServerConfig, errlog: IO[str] | None) -> AsyncIterat
             config.url, headers=config.headers, timeout=HTTP_CONNECT_TIMEOUT_S, sse_read_timeout=SSE_READ_TIMEOUT_S
         ) as streams:
             yield streams
+
+
+class WatchedTransport:
+    """Wraps a transport so the end of its read stream (EOF: process exited, socket closed) is noticed, and
+    each `tools/list` result passes through `filter_listing` before the SDK parses it.
+
+    Without the first a dead server with no request in flight would go unnoticed until the next call;
+    without the second one unusable tool fails the SDK's parsing of the whole page.
+    """
+
+    def __init__(
+        self, inner: Any, on_end: Callable[[], None], filter_listing: Callable[[dict[str, Any]], dict[str, Any]]
+    ) -> None:
+        self._inner = inner
+        self._on_end = on_end
+        self._filter_listing = filter_listing
+        self._listings: set[Any] = set()
+        """Ids of the `tools/list` requests sent and not yet answered."""
+
+    async def __aenter__(self) -> tuple[Any, Any]:
+        read_stream, write_stream = await self._inner.__aenter__()
+        return _WatchedReadStream(read_stream, self._on_end, self._incoming), _WatchedWriteStream(
+            write_stream, self._outgoing
+        )
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        suppressed: bool | None = await self._inner.__aexit__(*exc_info)
+        return suppressed
+
+    def _outgoing(self, item: Any) -> None:
+        message = getattr(item, "message", None)
+        if isinstance(message, types.JSONRPCRequest) and message.method == "tools/list":
+            self._listings.add(message.id)
+
+    def _incoming(self, item: Any) -> Any:
+        if not self._listings or not isinstance(item, SessionMessage):
+            return item
+        message = item.message
+        if isinstance(message, types.JSONRPCError):
+            self._listings.discard(message.id)
+        elif isinstance(message, types.JSONRPCResponse) and message.id in self._listings:
+            self._listings.discard(message.id)
+            filtered = self._filter_listing(message.result)
+            return dataclasses.replace(item, message=message.model_copy(update={"result": filtered}))
+        return item
+
+
+class _WatchedWriteStream:
+    """A write stream that shows each outgoing message to `on_send` first."""
+
+    def __init__(self, inner: Any, on_send: Callable[[Any], None]) -> None:
+        self._inner = inner
+        self._on_send = on_send
+
+    async def send(self, item: Any) -> None:
+        self._on_send(item)
+        await self._inner.send(item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def close(self) -> None:
+        self._inner.close()
+
+    async def __aenter__(self) -> _WatchedWriteStream:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
+
+
+class _WatchedReadStream:
+    """A read stream that passes each item through `transform` and calls `on_end` once when it reaches its
+    end or is closed under the reader."""
+
+    def __init__(self, inner: Any, on_end: Callable[[], None], transform: Callable[[Any], Any]) -> None:
+        self._inner = inner
+        self._on_end = on_end
+        self._transform = transform
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        try:
+            item = await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._on_end()
+            raise
+        return self._transform(item)
+
+    def __aiter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
