@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 EXIT_INTERRUPTED = 130
-# 128 + SIGINT, what shells report for a command stopped by Ctrl-C.
+"""128 + SIGINT, what shells report for a command stopped by Ctrl-C."""
 
 
 class Transport(StrEnum):

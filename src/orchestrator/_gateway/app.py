@@ -61,24 +61,24 @@ __all__ = [
 
 DEFAULT_PATH = "/mcp"
 SERVER_NAME = "orchestrator"
-# The name an agent's MCP config gives the gateway: tools show up as `mcp__orchestrator__<tool>` in Claude Code.
+"""The name an agent's MCP config gives the gateway: tools show up as `mcp__orchestrator__<tool>` in Claude Code."""
 SCOPE_KEY = "orchestrator.spawn"
-# Set on the ASGI scope by the router: which spawn (None = the gateway's own profile) a request is for.
+"""Set on the ASGI scope by the router: which spawn (None = the gateway's own profile) a request is for."""
 _SPAWN_PATH = re.compile(r"^/spawn/([A-Za-z0-9_-]{1,64})/mcp/?$")
 _SPAWN_ADMIN_PATH = re.compile(r"^/spawns/([A-Za-z0-9_-]{1,64})/?$")
 GRACEFUL_SHUTDOWN_S = 2
-# Bound on waiting for open HTTP streams when the gateway stops; sessions are ended before it anyway.
+"""Bound on waiting for open HTTP streams when the gateway stops; sessions are ended before it anyway."""
 LISTEN_BACKLOG = 256
-# Connections the kernel queues before uvicorn accepts them: room for a burst of agents starting at once.
+"""Connections the kernel queues before uvicorn accepts them: room for a burst of agents starting at once."""
 _LOOPBACK_NAMES = {"localhost", "ip6-localhost"}
+# What a loopback gateway answers to: any port of these names (DNS rebinding protection, as on /mcp).
 _LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
 _LOOPBACK_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
-# What a loopback gateway answers to: any port of these names (DNS rebinding protection, as on /mcp).
 CHALLENGE_PATH = "/auth/challenge"
-# POST {"nonce"} -> {"proof": HMAC(secret, nonce)}: the one endpoint that needs no credential.
+"""POST {"nonce"} -> {"proof": HMAC(secret, nonce)}: the one endpoint that needs no credential."""
 _NONCE = re.compile(r"[0-9a-f]{32,256}")
 _TASK_ID = re.compile(r"[!-~]{1,128}")
-# Printable ASCII without spaces: task ids name store records and appear in logs.
+"""Printable ASCII without spaces: task ids name store records and appear in logs."""
 _KIND_NAMES = {str: "string", int: "integer", list: "list", dict: "object"}
 
 
