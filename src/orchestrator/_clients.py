@@ -38,21 +38,21 @@ ClientKind = Literal["claude-code", "codex", "api"]
 CLIENT_KINDS: tuple[str, ...] = get_args(ClientKind)
 
 MODEL_NAME_LIMIT = 64
-# Anthropic `tools[].name` and OpenAI `tools[].function.name`: at most 64 of [a-zA-Z0-9_-].
+"""Anthropic `tools[].name` and OpenAI `tools[].function.name`: at most 64 of [a-zA-Z0-9_-]."""
 OPENAI_TOOL_LIMIT = 128
-# OpenAI rejects a request with more: "Invalid 'tools': array too long. Expected an array with maximum
-# length 128" (code array_above_max_length).
+"""OpenAI rejects a request with more: "Invalid 'tools': array too long. Expected an array with maximum
+length 128" (code array_above_max_length)."""
 CODEX_OWN_TOOLS = 28
-# Room left in OpenAI's 128 for the tools Codex adds itself: Codex 0.171 `exec`, with one MCP server
-# configured, sent 16 tools of its own to a loopback model endpoint: 10 functions (exec_command,
-# write_stdin, three MCP resource readers, view_image, request_user_input, three goal tools), a namespace
-# of 5 agent tools (counted one by one, as OpenAI may) and web_search. 28 leaves room for later versions.
+"""Room left in OpenAI's 128 for the tools Codex adds itself: Codex 0.171 `exec`, with one MCP server
+configured, sent 16 tools of its own to a loopback model endpoint: 10 functions (exec_command,
+write_stdin, three MCP resource readers, view_image, request_user_input, three goal tools), a namespace
+of 5 agent tools (counted one by one, as OpenAI may) and web_search. 28 leaves room for later versions."""
 MCP_PREFIX = "mcp__{server}__"
-# Claude Code (`mcp__<server>__<tool>`, docs: "MCP tools follow the naming pattern mcp__<serverName>__<toolName>")
-# and Codex (codex-rs/codex-mcp/src/tools.rs: namespace `mcp__<server>` + `__` + tool, hashed past 64).
+"""Claude Code (`mcp__<server>__<tool>`, docs: "MCP tools follow the naming pattern mcp__<serverName>__<toolName>")
+and Codex (codex-rs/codex-mcp/src/tools.rs: namespace `mcp__<server>` + `__` + tool, hashed past 64)."""
 
 _COMMAND_KINDS: dict[str, ClientKind] = {"claude": "claude-code", "claude-code": "claude-code", "codex": "codex"}
-# Program names (argv[0]'s base name) recognised when a profile does not say `client:`.
+"""Program names (argv[0]'s base name) recognised when a profile does not say `client:`."""
 
 
 @dataclass(frozen=True)

@@ -50,37 +50,37 @@ __all__ = [
 ProviderFormat = Literal["mcp", "anthropic", "openai"]
 
 ANTHROPIC_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-# Anthropic Messages API reference, `tools[].name`: "Must match the regex ^[a-zA-Z0-9_-]{1,64}$" (a dotted
-# name is rejected with HTTP 400 "String should match pattern ...").
+"""Anthropic Messages API reference, `tools[].name`: "Must match the regex ^[a-zA-Z0-9_-]{1,64}$" (a dotted
+name is rejected with HTTP 400 "String should match pattern ...")."""
 ANTHROPIC_DESCRIPTION_LIMIT = 2048
-# The Messages API reference documents no maximum for `tools[].description`; Claude Code, the main consumer
-# of these definitions, cuts MCP tool descriptions at 2 KB (Claude Code MCP docs), so that is the cap here.
+"""The Messages API reference documents no maximum for `tools[].description`; Claude Code, the main consumer
+of these definitions, cuts MCP tool descriptions at 2 KB (Claude Code MCP docs), so that is the cap here."""
 OPENAI_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-# OpenAI API reference, `tools[].function.name`: "Must be a-z, A-Z, 0-9, or contain underscores and dashes,
-# with a maximum length of 64."
+"""OpenAI API reference, `tools[].function.name`: "Must be a-z, A-Z, 0-9, or contain underscores and dashes,
+with a maximum length of 64"."""
 OPENAI_DESCRIPTION_LIMIT = 1024
-# OpenAI Chat Completions rejects longer descriptions: "Invalid 'tools[i].function.description': string too
-# long. Expected a string with maximum length 1024" (error code `string_above_max_length`).
+"""OpenAI Chat Completions rejects longer descriptions: "Invalid 'tools[i].function.description': string too
+long. Expected a string with maximum length 1024" (error code `string_above_max_length`)."""
 MCP_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
-# MCP specification 2025-11-25, Tool names: 1 to 128 characters of ASCII letters, digits, `_`, `-` and `.`.
+"""MCP specification 2025-11-25, Tool names: 1 to 128 characters of ASCII letters, digits, `_`, `-` and `.`."""
 MCP_DESCRIPTION_LIMIT = 2048
-# The MCP spec sets no limit; Claude Code truncates MCP tool descriptions at 2 KB, so the gateway never
-# relies on text past that point.
+"""The MCP spec sets no limit; Claude Code truncates MCP tool descriptions at 2 KB, so the gateway never
+relies on text past that point."""
 
 TOP_LEVEL_FORBIDDEN = ("oneOf", "anyOf", "allOf", "enum", "const", "not")
-# OpenAI: "schema must have type 'object' and not have 'oneOf'/'anyOf'/'allOf'/'enum'/'const'/'not' at the
-# top level"; Anthropic: "input_schema does not support oneOf, allOf, or anyOf at the top level".
+"""OpenAI: "schema must have type 'object' and not have 'oneOf'/'anyOf'/'allOf'/'enum'/'const'/'not' at the
+top level"; Anthropic: "input_schema does not support oneOf, allOf, or anyOf at the top level"."""
 _UNIONS = ("oneOf", "anyOf", "allOf")
 _SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
 _SUBSCHEMA_SINGLE = ("items", "additionalProperties", "additionalItems", "not", "if", "then", "else", "contains")
 _ANY_ITEMS: dict[str, Any] = {}
-# What an array without `items` gets for OpenAI ("array schema missing items" otherwise): any item, which
-# is what JSON Schema already meant by leaving `items` out.
+"""What an array without `items` gets for OpenAI ("array schema missing items" otherwise): any item, which
+is what JSON Schema already meant by leaving `items` out."""
 
 _ELLIPSIS = " …"
 _WORD_BREAK_MIN = 0.8
-# Cut at the last space only when that keeps at least 80% of the allowed length; otherwise mid-word.
+"""Cut at the last space only when that keeps at least 80% of the allowed length; otherwise mid-word."""
 _EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 
 Definition = Mapping[str, Any] | ToolEntry

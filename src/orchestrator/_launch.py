@@ -47,16 +47,16 @@ __all__ = [
 ]
 
 PLACEHOLDERS = ("{task}", "{mcp_config}", "{mcp_url}", "{tools_prompt}", "{prompt_file}", "{server_name}")
-# What a command template may contain; replaced literally, so other braces (JSON) pass through untouched.
-# `{mcp_url}` is for agents without a config-file flag (Codex: `-c mcp_servers.{server_name}.url="{mcp_url}"`);
-# `{server_name}` is the gateway's name in the spawn's MCP config (gateway.server_name), which clients put
-# before tool names (`mcp__{server_name}__*` in Claude Code's --allowedTools).
+"""What a command template may contain; replaced literally, so other braces (JSON) pass through untouched.
+`{mcp_url}` is for agents without a config-file flag (Codex: `-c mcp_servers.{server_name}.url="{mcp_url}"`);
+`{server_name}` is the gateway's name in the spawn's MCP config (gateway.server_name), which clients put
+before tool names (`mcp__{server_name}__*` in Claude Code's --allowedTools)."""
 _PLACEHOLDER_PATTERN = re.compile("|".join(re.escape(placeholder) for placeholder in PLACEHOLDERS))
 KILL_GRACE_S = 3.0
-# After the timeout: SIGTERM to the agent's process group, then SIGKILL if it is still there this long after.
+"""After the timeout: SIGTERM to the agent's process group, then SIGKILL if it is still there this long after."""
 MCP_CONFIG_NAME = "mcp.json"
 SECRET_ENV_VARS = ("BERNSTEIN_GATEWAY__TOKEN", "BERNSTEIN_GATEWAY__SIGNING_KEY", "BERNSTEIN_STORE__URL")
-# Never handed to an agent: with them it could open spawns for any profile, or rewrite the store.
+"""Never handed to an agent: with them it could open spawns for any profile, or rewrite the store."""
 PROMPT_FILE_NAME = "tools-prompt.md"
 
 log = logging.getLogger(__name__)

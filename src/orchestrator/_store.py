@@ -35,9 +35,9 @@ if TYPE_CHECKING:
 __all__ = ["FileStore", "MemoryStore", "RedisStore", "Store", "StoreError", "open_store", "split_key"]
 
 NAME_CHARS = 100
-# Longest file name FileStore makes from a key's name part (file systems allow 255 bytes).
+"""Longest file name FileStore makes from a key's name part (file systems allow 255 bytes)."""
 REDIS_TIMEOUT_S = 5.0
-# Connect and command timeout: a Redis that does not answer in this long fails the request, not the loop.
+"""Connect and command timeout: a Redis that does not answer in this long fails the request, not the loop."""
 
 
 class StoreError(OrchestratorError):

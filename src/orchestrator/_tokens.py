@@ -27,7 +27,6 @@ __all__ = [
     "OFFLINE_SUFFIX",
     "TokenCounter",
     "compact_json",
-    "content_hash",
     "count_definition_tokens",
     "count_tokens",
     "load_encoding",
@@ -75,12 +74,6 @@ def count_tokens(text: str, encoding: str) -> int:
 def compact_json(value: Any) -> str:
     """The serialisation the counting rule uses: compact separators, key order kept, UTF-8 text."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def content_hash(value: Any) -> str:
-    """A stable hash of a JSON value's compact serialisation (keys sorted, so order never matters)."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def count_definition_tokens(definition: Mapping[str, Any], encoding: str) -> int:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     import anyio
 
     from .._config import Settings
+    from .._launch import SpawnSummary
     from .._planning import SpawnPlan
     from .._telemetry import Telemetry
     from ..search._embedding import EmbeddingRuntime
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 EXIT_INTERRUPTED = 130
-# 128 + SIGINT, what shells report for a command stopped by Ctrl-C.
+"""128 + SIGINT, what shells report for a command stopped by Ctrl-C."""
 
 
 class Transport(StrEnum):
@@ -42,107 +43,120 @@ class Format(StrEnum):
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("spawn")
-    def spawn(
-        ctx: typer.Context,
-        task: Annotated[str, typer.Option("--task", help="What the agent is to do.")],
-        agent: Annotated[str, typer.Option("--agent", help="Agent profile (agents.<name>).")] = "default",
-        dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; launch nothing.")] = False,
-        fmt: Annotated[
-            Format,
-            typer.Option("--format", help="json | text; with --dry-run also anthropic | openai (request fragments)."),
-        ] = Format.text,
-        catalog: Annotated[
-            Path | None,
-            typer.Option("--catalog", help="Plan from a snapshot (folder of <server>.json or one JSON file)."),
-        ] = None,
-        task_id: Annotated[
-            str | None,
-            typer.Option(
-                "--task-id", help="Task identity for pinning recently called tools (default: hash of --task)."
-            ),
-        ] = None,
-    ) -> None:
-        """Plan one spawn of an agent for a task and launch it through the gateway (or just print the plan)."""
-        settings = loaded_config(ctx).settings
-        if not dry_run and fmt in (Format.anthropic, Format.openai):
-            raise typer.BadParameter(
-                "anthropic and openai print a plan's tools: use them with --dry-run", param_hint="--format"
-            )
-        if not dry_run and catalog is not None:
-            raise typer.BadParameter(
-                "a snapshot cannot serve calls: use --catalog with --dry-run", param_hint="--catalog"
-            )
-        if dry_run:
-            plan = _dry_run_plan(settings, task, agent, catalog, task_id)
-            _print_plan(plan, fmt)
-            return
-        import anyio
+    app.command("spawn")(spawn)
+    app.command("serve")(serve)
 
-        from .._launch import spawn_agent
-        from .._telemetry import telemetry_session
 
-        try:
-            with telemetry_session(settings) as telemetry:
-                summary = anyio.run(
-                    lambda: spawn_agent(
-                        settings,
-                        task,
-                        agent,
-                        task_id=task_id,
-                        stdout=sys.stderr if fmt is Format.json else None,
-                        telemetry=telemetry,
-                        warn=lambda message: err_console.print(f"warning: {message}", markup=False, soft_wrap=True),
-                    )
+def spawn(
+    ctx: typer.Context,
+    task: Annotated[str, typer.Option("--task", help="What the agent is to do.")],
+    agent: Annotated[str, typer.Option("--agent", help="Agent profile (agents.<name>).")] = "default",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; launch nothing.")] = False,
+    fmt: Annotated[
+        Format,
+        typer.Option("--format", help="json | text; with --dry-run also anthropic | openai (request fragments)."),
+    ] = Format.text,
+    catalog: Annotated[
+        Path | None,
+        typer.Option("--catalog", help="Plan from a snapshot (folder of <server>.json or one JSON file)."),
+    ] = None,
+    task_id: Annotated[
+        str | None,
+        typer.Option("--task-id", help="Task identity for pinning recently called tools (default: hash of --task)."),
+    ] = None,
+) -> None:
+    """Plan one spawn of an agent for a task and launch it through the gateway (or just print the plan)."""
+    settings = loaded_config(ctx).settings
+    _check_spawn_options(dry_run, fmt, catalog)
+    if dry_run:
+        plan = _dry_run_plan(settings, task, agent, catalog, task_id)
+        _print_plan(plan, fmt)
+        return
+    summary = _launch(settings, task, agent, task_id, fmt)
+    if fmt is Format.json:
+        print_json(summary.to_json())
+    else:
+        _print_summary(summary)
+    if not summary.ok:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def serve(
+    ctx: typer.Context,
+    agent: Annotated[str, typer.Option("--agent", help="Agent profile served at /mcp and over stdio.")] = "default",
+    transport: Annotated[
+        Transport, typer.Option("--transport", help="stdio or http (streamable HTTP).")
+    ] = Transport.http,
+    port: Annotated[
+        int | None,
+        typer.Option("--port", min=0, max=65535, help="HTTP port (default gateway.port; 0 = any free port)."),
+    ] = None,
+    host: Annotated[str | None, typer.Option("--host", help="HTTP host (default gateway.host).")] = None,
+) -> None:
+    """Serve an agent's tools as one MCP gateway that many short-lived agents share."""
+    import anyio
+
+    from .._telemetry import telemetry_session
+    from ..search._embedding import EmbeddingRuntime
+
+    settings = loaded_config(ctx).settings
+    settings.agent(agent)
+    try:
+        with telemetry_session(settings) as telemetry, EmbeddingRuntime.from_settings(settings) as embeddings:
+            anyio.run(_serve, settings, agent, transport, host, port, telemetry, embeddings)
+    except KeyboardInterrupt:  # before the signal handler was installed; everything unwound
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+def _check_spawn_options(dry_run: bool, fmt: Format, catalog: Path | None) -> None:
+    """Request fragments and snapshots only make sense for a plan that is printed, not launched."""
+    if not dry_run and fmt in (Format.anthropic, Format.openai):
+        raise typer.BadParameter(
+            "anthropic and openai print a plan's tools: use them with --dry-run", param_hint="--format"
+        )
+    if not dry_run and catalog is not None:
+        raise typer.BadParameter("a snapshot cannot serve calls: use --catalog with --dry-run", param_hint="--catalog")
+
+
+def _launch(settings: Settings, task: str, agent: str, task_id: str | None, fmt: Format) -> SpawnSummary:
+    """Launch the agent through the gateway and wait for it; Ctrl-C stops it and exits 130."""
+    import anyio
+
+    from .._launch import spawn_agent
+    from .._telemetry import telemetry_session
+
+    try:
+        with telemetry_session(settings) as telemetry:
+            return anyio.run(
+                lambda: spawn_agent(
+                    settings,
+                    task,
+                    agent,
+                    task_id=task_id,
+                    stdout=sys.stderr if fmt is Format.json else None,
+                    telemetry=telemetry,
+                    warn=lambda message: err_console.print(f"warning: {message}", markup=False, soft_wrap=True),
                 )
-        except KeyboardInterrupt:  # the agent's process group was stopped and the spawn closed on the way out
-            err_console.print("spawn interrupted", markup=False)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
-        if fmt is Format.json:
-            print_json(summary.to_json())
-        else:
-            rows = [
-                ("spawn", f"{summary.spawn_id} ({summary.path} gateway)"),
-                ("agent", summary.agent),
-                ("mode", summary.mode),
-                ("tokens sent", summary.tokens_sent),
-                ("tokens saved", summary.tokens_saved),
-                ("searches", summary.searches),
-                ("expands", summary.expands),
-                ("calls", summary.calls),
-                ("exit status", summary.exit_status),
-                ("duration", f"{summary.duration_s:.2f} s"),
-            ]
-            print_table(("", ""), rows)
-        if not summary.ok:
-            raise typer.Exit(EXIT_FAILED)
+            )
+    except KeyboardInterrupt:  # the agent's process group was stopped and the spawn closed on the way out
+        err_console.print("spawn interrupted", markup=False)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
 
-    @app.command("serve")
-    def serve(
-        ctx: typer.Context,
-        agent: Annotated[str, typer.Option("--agent", help="Agent profile served at /mcp and over stdio.")] = "default",
-        transport: Annotated[
-            Transport, typer.Option("--transport", help="stdio or http (streamable HTTP).")
-        ] = Transport.http,
-        port: Annotated[
-            int | None,
-            typer.Option("--port", min=0, max=65535, help="HTTP port (default gateway.port; 0 = any free port)."),
-        ] = None,
-        host: Annotated[str | None, typer.Option("--host", help="HTTP host (default gateway.host).")] = None,
-    ) -> None:
-        """Serve an agent's tools as one MCP gateway that many short-lived agents share."""
-        import anyio
 
-        from .._telemetry import telemetry_session
-        from ..search._embedding import EmbeddingRuntime
-
-        settings = loaded_config(ctx).settings
-        settings.agent(agent)
-        try:
-            with telemetry_session(settings) as telemetry, EmbeddingRuntime.from_settings(settings) as embeddings:
-                anyio.run(_serve, settings, agent, transport, host, port, telemetry, embeddings)
-        except KeyboardInterrupt:  # before the signal handler was installed; everything unwound
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+def _print_summary(summary: SpawnSummary) -> None:
+    rows = [
+        ("spawn", f"{summary.spawn_id} ({summary.path} gateway)"),
+        ("agent", summary.agent),
+        ("mode", summary.mode),
+        ("tokens sent", summary.tokens_sent),
+        ("tokens saved", summary.tokens_saved),
+        ("searches", summary.searches),
+        ("expands", summary.expands),
+        ("calls", summary.calls),
+        ("exit status", summary.exit_status),
+        ("duration", f"{summary.duration_s:.2f} s"),
+    ]
+    print_table(("", ""), rows)
 
 
 async def _serve(

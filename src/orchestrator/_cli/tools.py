@@ -21,7 +21,9 @@ from ._common import EXIT_FAILED, console, err_console, loaded_config, print_jso
 # behind them) are imported inside the commands: `orchestrator --help` and `config` must not pay for them.
 if TYPE_CHECKING:
     from .._config import Settings
+    from .._planning import ToolPlan
     from ..protocols.mcp._catalog import ToolCatalog
+    from ..search._evaluation import EvalReport
 
 __all__ = ["load_catalog", "register"]
 
@@ -75,166 +77,140 @@ async def _live_catalog(settings: Settings, quiet: bool) -> ToolCatalog:
 
 def register(app: typer.Typer) -> None:
     tools_app = typer.Typer(help="List, search, expand and plan the tools agents are given.", no_args_is_help=True)
-
-    @tools_app.command("list")
-    def list_(
-        ctx: typer.Context,
-        server: Annotated[str | None, typer.Option("--server", help="Only this server's tools.")] = None,
-        catalog: CatalogOption = None,
-        as_json: JsonOption = False,
-    ) -> None:
-        """Every tool: qualified name, server and one-line summary."""
-        tools = load_catalog(loaded_config(ctx).settings, catalog, quiet=as_json)
-        entries = [entry for entry in tools if server is None or server in entry.servers]
-        rows = [{"name": e.name, "server": e.server, "tool": e.tool, "summary": e.summary} for e in entries]
-        if as_json:
-            print_json(rows)
-            return
-        print_table(("name", "server", "summary"), [(row["name"], row["server"], row["summary"]) for row in rows])
-        err_console.print(f"{len(rows)} tools, catalog version {tools.version}", markup=False)
-
-    @tools_app.command("search")
-    def search(
-        ctx: typer.Context,
-        query: Annotated[str, typer.Argument(help="What the tool should do, in a few words (or an exact name).")],
-        k: Annotated[
-            int | None, typer.Option("-k", "--limit", min=1, help="Most hits (default: search_limit).")
-        ] = None,
-        catalog: CatalogOption = None,
-        ranking: RankingOption = None,
-        as_json: JsonOption = False,
-    ) -> None:
-        """Rank tools for a request, best first: name, server, score and summary (no schemas)."""
-        from ..search._embedding import EmbeddingRuntime
-        from ..search._engine import ToolSearchEngine
-
-        settings = loaded_config(ctx).settings
-        tools = load_catalog(settings, catalog, quiet=as_json)
-        with EmbeddingRuntime.from_settings(settings) as embeddings:
-            engine = ToolSearchEngine(tools, settings.mcp.tool_search, ranking=ranking, embeddings=embeddings)
-            hits = engine.search(query, k)
-        if as_json:
-            print_json({"query": query, "outcome": "hit" if hits else "miss", "hits": [hit.to_dict() for hit in hits]})
-        elif hits:
-            print_table(
-                ("#", "name", "score", "summary"),
-                [(rank, hit.name, f"{hit.score:.2f}", hit.summary) for rank, hit in enumerate(hits, 1)],
-            )
-        else:
-            err_console.print(f"no tool matches {query!r} (a miss)", markup=False)
-        if not hits:
-            raise typer.Exit(EXIT_FAILED)
-
-    @tools_app.command("expand")
-    def expand(
-        ctx: typer.Context,
-        names: Annotated[list[str], typer.Argument(help="Qualified (or bare) tool names.")],
-        catalog: CatalogOption = None,
-        as_json: JsonOption = False,
-    ) -> None:
-        """Full definitions (name, description, input schema), exactly as a model receives them."""
-        from ..search._engine import ToolSearchEngine
-
-        settings = loaded_config(ctx).settings
-        engine = ToolSearchEngine(load_catalog(settings, catalog, quiet=as_json), settings.mcp.tool_search)
-        definitions = engine.expand_tools(names)
-        if as_json:
-            print_json({"tools": definitions})
-            return
-        for definition in definitions:
-            _print_definition(definition)
-
-    @tools_app.command("plan")
-    def plan(
-        ctx: typer.Context,
-        catalog: CatalogOption = None,
-        as_json: JsonOption = False,
-        sweep: Annotated[
-            bool,
-            typer.Option("--sweep", help="Each profile's mode and tokens per spawn at a range of threshold_tokens."),
-        ] = False,
-        thresholds: Annotated[
-            str | None,
-            typer.Option("--thresholds", help=f"With --sweep: comma-separated values (default {_sweep_default()})."),
-        ] = None,
-    ) -> None:
-        """What a spawn would be sent: full catalog or search mode, token counts, the prompt section."""
-        from .._planning import SpawnPlanner
-
-        settings = loaded_config(ctx).settings
-        if thresholds is not None and not sweep:
-            raise typer.BadParameter("only with --sweep", param_hint="--thresholds")
-        if sweep:
-            values = _parse_thresholds(thresholds) if thresholds is not None else list(SWEEP_THRESHOLDS)
-            _print_sweep(plan_sweep(settings, load_catalog(settings, catalog, quiet=as_json), values), as_json)
-            return
-        tool_plan = SpawnPlanner(settings).plan_tools(
-            load_catalog(settings, catalog, quiet=as_json), settings.mcp.tool_search
-        )
-        if as_json:
-            print_json(tool_plan.to_dict())
-            return
-        saved = tool_plan.full_tokens - tool_plan.prompt_tokens
-        console.print(f"mode: {tool_plan.mode}", markup=False)
-        console.print(f"full catalog: {tool_plan.full_tokens:,} tokens", markup=False)
-        console.print(f"sent: {tool_plan.prompt_tokens:,} tokens ({saved:,} saved)", markup=False)
-        console.print(f"directory: {tool_plan.directory_level}", markup=False)
-        console.print(
-            f"tools sent: {len(tool_plan.tools)} ({', '.join(tool_plan.pinned) or 'none'} pinned)", markup=False
-        )
-        console.print(f"reason: {tool_plan.reason}", markup=False)
-        if tool_plan.prompt:
-            console.print("", markup=False)
-            console.print(tool_plan.prompt, markup=False)
-
+    tools_app.command("list")(tools_list)
+    tools_app.command("search")(tools_search)
+    tools_app.command("expand")(tools_expand)
+    tools_app.command("plan")(tools_plan)
     app.add_typer(tools_app, name="tools")
+    app.command("eval")(eval_queries)
 
-    @app.command("eval")
-    def eval_(
-        ctx: typer.Context,
-        queries: Annotated[
-            Path,
-            typer.Argument(help="JSON lines, each with query and gold: a list of (server, tool) pairs.", exists=True),
-        ],
-        catalog: CatalogOption = None,
-        k: Annotated[int, typer.Option("-k", min=1, help="Cut-off for hit@k and recall@k.")] = 5,
-        ranking: RankingOption = None,
-        as_json: JsonOption = False,
-    ) -> None:
-        """Ranking quality on a query set: hit@1, hit@k, recall@k and MRR (hit@k: any gold tool in the top k)."""
-        from ..search._embedding import EmbeddingRuntime
-        from ..search._engine import ToolSearchEngine
-        from ..search._evaluation import evaluate, load_queries
 
-        settings = loaded_config(ctx).settings
-        query_list = load_queries(queries)
-        tools = load_catalog(settings, catalog, quiet=as_json)
-        with EmbeddingRuntime.from_settings(settings) as embeddings:
-            engine = ToolSearchEngine(tools, settings.mcp.tool_search, ranking=ranking, embeddings=embeddings)
-            with progress(f"Running {len(query_list)} queries…", enabled=not as_json):
-                engine.warm()  # hybrid: embed uncached tools first, so every query is ranked the way it reports
-                report = evaluate(engine.search, tools, query_list, k)
-        if as_json:
-            print_json({**report.to_dict(), "ranking": engine.ranking_used})
-        else:
-            # One row for every query, then one per style when the queries carry a `style`.
-            print_table(
-                ("style", "queries", "hit@1", f"hit@{k}", f"recall@{k}", "MRR", "misses", "refused", "unknown gold"),
-                [
-                    (
-                        style,
-                        part.queries,
-                        f"{part.hit_at_1:.3f}",
-                        f"{part.hit_at_k:.3f}",
-                        f"{part.recall_at_k:.3f}",
-                        f"{part.mrr:.3f}",
-                        part.misses,
-                        part.refused,
-                        part.unknown_gold,
-                    )
-                    for style, part in [("all", report), *report.styles.items()]
-                ],
-            )
+def tools_list(
+    ctx: typer.Context,
+    server: Annotated[str | None, typer.Option("--server", help="Only this server's tools.")] = None,
+    catalog: CatalogOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Every tool: qualified name, server and one-line summary."""
+    tools = load_catalog(loaded_config(ctx).settings, catalog, quiet=as_json)
+    entries = [entry for entry in tools if server is None or server in entry.servers]
+    rows = [{"name": e.name, "server": e.server, "tool": e.tool, "summary": e.summary} for e in entries]
+    if as_json:
+        print_json(rows)
+        return
+    print_table(("name", "server", "summary"), [(row["name"], row["server"], row["summary"]) for row in rows])
+    err_console.print(f"{len(rows)} tools, catalog version {tools.version}", markup=False)
+
+
+def tools_search(
+    ctx: typer.Context,
+    query: Annotated[str, typer.Argument(help="What the tool should do, in a few words (or an exact name).")],
+    k: Annotated[int | None, typer.Option("-k", "--limit", min=1, help="Most hits (default: search_limit).")] = None,
+    catalog: CatalogOption = None,
+    ranking: RankingOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Rank tools for a request, best first: name, server, score and summary (no schemas)."""
+    from ..search._embedding import EmbeddingRuntime
+    from ..search._engine import ToolSearchEngine
+
+    settings = loaded_config(ctx).settings
+    tools = load_catalog(settings, catalog, quiet=as_json)
+    with EmbeddingRuntime.from_settings(settings) as embeddings:
+        engine = ToolSearchEngine(tools, settings.mcp.tool_search, ranking=ranking, embeddings=embeddings)
+        hits = engine.search(query, k)
+    if as_json:
+        print_json({"query": query, "outcome": "hit" if hits else "miss", "hits": [hit.to_dict() for hit in hits]})
+    elif hits:
+        print_table(
+            ("#", "name", "score", "summary"),
+            [(rank, hit.name, f"{hit.score:.2f}", hit.summary) for rank, hit in enumerate(hits, 1)],
+        )
+    else:
+        err_console.print(f"no tool matches {query!r} (a miss)", markup=False)
+    if not hits:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def tools_expand(
+    ctx: typer.Context,
+    names: Annotated[list[str], typer.Argument(help="Qualified (or bare) tool names.")],
+    catalog: CatalogOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Full definitions (name, description, input schema), exactly as a model receives them."""
+    from ..search._engine import ToolSearchEngine
+
+    settings = loaded_config(ctx).settings
+    engine = ToolSearchEngine(load_catalog(settings, catalog, quiet=as_json), settings.mcp.tool_search)
+    definitions = engine.expand_tools(names)
+    if as_json:
+        print_json({"tools": definitions})
+        return
+    for definition in definitions:
+        _print_definition(definition)
+
+
+def tools_plan(
+    ctx: typer.Context,
+    catalog: CatalogOption = None,
+    as_json: JsonOption = False,
+    sweep: Annotated[
+        bool,
+        typer.Option("--sweep", help="Each profile's mode and tokens per spawn at a range of threshold_tokens."),
+    ] = False,
+    thresholds: Annotated[
+        str | None,
+        typer.Option("--thresholds", help=f"With --sweep: comma-separated values (default {_sweep_default()})."),
+    ] = None,
+) -> None:
+    """What a spawn would be sent: full catalog or search mode, token counts, the prompt section."""
+    from .._planning import SpawnPlanner
+
+    settings = loaded_config(ctx).settings
+    if thresholds is not None and not sweep:
+        raise typer.BadParameter("only with --sweep", param_hint="--thresholds")
+    if sweep:
+        values = _parse_thresholds(thresholds) if thresholds is not None else list(SWEEP_THRESHOLDS)
+        _print_sweep(plan_sweep(settings, load_catalog(settings, catalog, quiet=as_json), values), as_json)
+        return
+    tool_plan = SpawnPlanner(settings).plan_tools(
+        load_catalog(settings, catalog, quiet=as_json), settings.mcp.tool_search
+    )
+    if as_json:
+        print_json(tool_plan.to_dict())
+        return
+    _print_tool_plan(tool_plan)
+
+
+def eval_queries(
+    ctx: typer.Context,
+    queries: Annotated[
+        Path,
+        typer.Argument(help="JSON lines, each with query and gold: a list of (server, tool) pairs.", exists=True),
+    ],
+    catalog: CatalogOption = None,
+    k: Annotated[int, typer.Option("-k", min=1, help="Cut-off for hit@k and recall@k.")] = 5,
+    ranking: RankingOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Ranking quality on a query set: hit@1, hit@k, recall@k and MRR (hit@k: any gold tool in the top k)."""
+    from ..search._embedding import EmbeddingRuntime
+    from ..search._engine import ToolSearchEngine
+    from ..search._evaluation import evaluate, load_queries
+
+    settings = loaded_config(ctx).settings
+    query_list = load_queries(queries)
+    tools = load_catalog(settings, catalog, quiet=as_json)
+    with EmbeddingRuntime.from_settings(settings) as embeddings:
+        engine = ToolSearchEngine(tools, settings.mcp.tool_search, ranking=ranking, embeddings=embeddings)
+        with progress(f"Running {len(query_list)} queries…", enabled=not as_json):
+            engine.warm()  # hybrid: embed uncached tools first, so every query is ranked the way it reports
+            report = evaluate(engine.search, tools, query_list, k)
+    if as_json:
+        print_json({**report.to_dict(), "ranking": engine.ranking_used})
+    else:
+        _print_report(report, k)
 
 
 SWEEP_THRESHOLDS = (0, 1000, 2000, 4000, 6000, 8000, 12000, 16000, 24000, 32000, 64000, 128000)
@@ -327,3 +303,38 @@ def _print_definition(definition: dict[str, Any]) -> None:
             f"  {name} ({json.dumps(kind) if not isinstance(kind, str) else kind}{flag}){about}", markup=False
         )
     console.print("", markup=False)
+
+
+def _print_tool_plan(tool_plan: ToolPlan) -> None:
+    """`tools plan` for people: mode, token counts, what is sent and why, then the prompt section."""
+    saved = tool_plan.full_tokens - tool_plan.prompt_tokens
+    console.print(f"mode: {tool_plan.mode}", markup=False)
+    console.print(f"full catalog: {tool_plan.full_tokens:,} tokens", markup=False)
+    console.print(f"sent: {tool_plan.prompt_tokens:,} tokens ({saved:,} saved)", markup=False)
+    console.print(f"directory: {tool_plan.directory_level}", markup=False)
+    console.print(f"tools sent: {len(tool_plan.tools)} ({', '.join(tool_plan.pinned) or 'none'} pinned)", markup=False)
+    console.print(f"reason: {tool_plan.reason}", markup=False)
+    if tool_plan.prompt:
+        console.print("", markup=False)
+        console.print(tool_plan.prompt, markup=False)
+
+
+def _print_report(report: EvalReport, k: int) -> None:
+    """One row for every query, then one per style when the queries carry a `style`."""
+    print_table(
+        ("style", "queries", "hit@1", f"hit@{k}", f"recall@{k}", "MRR", "misses", "refused", "unknown gold"),
+        [
+            (
+                style,
+                part.queries,
+                f"{part.hit_at_1:.3f}",
+                f"{part.hit_at_k:.3f}",
+                f"{part.recall_at_k:.3f}",
+                f"{part.mrr:.3f}",
+                part.misses,
+                part.refused,
+                part.unknown_gold,
+            )
+            for style, part in [("all", report), *report.styles.items()]
+        ],
+    )

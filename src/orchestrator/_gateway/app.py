@@ -50,16 +50,16 @@ __all__ = ["GatewayBackend", "serve"]
 
 _SPAWN_PATH = re.compile(r"^/spawn/([A-Za-z0-9_-]{1,64})/mcp/?$")
 _SPAWN_ADMIN_PATH = re.compile(r"^/spawns/([A-Za-z0-9_-]{1,64})/?$")
-# Bound on waiting for open HTTP streams when the gateway stops; sessions are ended before it anyway.
 GRACEFUL_SHUTDOWN_S = 2
-# Connections the kernel queues before uvicorn accepts them: room for a burst of agents starting at once.
+"""Bound on waiting for open HTTP streams when the gateway stops; sessions are ended before it anyway."""
 LISTEN_BACKLOG = 256
+"""Connections the kernel queues before uvicorn accepts them: room for a burst of agents starting at once."""
 # What a loopback gateway answers to: any port of these names (DNS rebinding protection, as on /mcp).
 _LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
 _LOOPBACK_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
 _NONCE = re.compile(r"[0-9a-f]{32,256}")
-# Printable ASCII without spaces: task ids name store records and appear in logs.
 _TASK_ID = re.compile(r"[!-~]{1,128}")
+"""Printable ASCII without spaces: task ids name store records and appear in logs."""
 _KIND_NAMES = {str: "string", int: "integer", list: "list", dict: "object"}
 
 T = TypeVar("T")

@@ -54,16 +54,16 @@ __all__ = [
 ]
 
 ALGORITHM = "HS256"
-# One symmetric algorithm, pinned on verify: a token naming another ("none", RS256) is refused.
+"""One symmetric algorithm, pinned on verify: a token naming another ("none", RS256) is refused."""
 AUDIENCE = "orchestrator-gateway"
-# The `aud` of every spawn credential: a token signed with the same key for something else is refused.
+"""The `aud` of every spawn credential: a token signed with the same key for something else is refused."""
 SECRET_BYTES = 32
-# Generated admin secrets and signing keys: 256 bits, the size of HS256's hash.
+"""Generated admin secrets and signing keys: 256 bits, the size of HS256's hash."""
 NONCE_BYTES = 32
 CLOCK_LEEWAY_S = 5.0
-# Replicas on several machines: clocks a few seconds apart must not expire a fresh token early.
+"""Replicas on several machines: clocks a few seconds apart must not expire a fresh token early."""
 PROOF_LABEL = b"orchestrator gateway proof v1\x00"
-# Domain separation: a proof is an HMAC of this label and the client's nonce, useful for nothing else.
+"""Domain separation: a proof is an HMAC of this label and the client's nonce, useful for nothing else."""
 RUNTIME_FOLDER = "orchestrator"
 MAX_RUNTIME_FILE_BYTES = 4096
 

@@ -32,9 +32,9 @@ if TYPE_CHECKING:
 __all__ = ["ADMIN_TIMEOUT_S", "HEALTH_TIMEOUT_S", "GatewayAuthError", "GatewayClient"]
 
 HEALTH_TIMEOUT_S = 0.5
-# How long `orchestrator spawn` waits to learn whether a gateway is up: local, so a refusal is immediate.
+"""How long `orchestrator spawn` waits to learn whether a gateway is up: local, so a refusal is immediate."""
 ADMIN_TIMEOUT_S = 30.0
-# Opening a spawn plans it (token counts of a changed catalog take a moment); closing only reads counts.
+"""Opening a spawn plans it (token counts of a changed catalog take a moment); closing only reads counts."""
 
 
 class GatewayAuthError(OrchestratorError):

@@ -40,12 +40,12 @@ __all__ = ["RESOURCE_NOT_FOUND", "UpstreamProxy", "resource_uris"]
 T = TypeVar("T")
 
 RESOURCE_NOT_FOUND = -32002
-# MCP's error code for a `resources/read` of a URI no server has (specification, Resources: Error Handling).
+"""MCP's error code for a `resources/read` of a URI no server has (specification, Resources: Error Handling)."""
 URI_MEMORY = 4096
-# Resource URIs remembered with the servers that handed them out (links in tool results, listings); the
-# oldest are forgotten past this many. A forgotten URI still reads: every allowed server is then tried.
+"""Resource URIs remembered with the servers that handed them out (links in tool results, listings); the
+oldest are forgotten past this many. A forgotten URI still reads: every allowed server is then tried."""
 MAX_PAGES = 100
-# Most pages followed per server in one listing: a server whose cursor never ends cannot hang a list.
+"""Most pages followed per server in one listing: a server whose cursor never ends cannot hang a list."""
 
 
 class _NotOffered(Exception):

@@ -29,9 +29,9 @@ from .._meta_tools import MetaTools
 from .._planning import ProfileFilter, SpawnPlan, SpawnPlanner, effective_tool_search
 from .._telemetry import Telemetry
 from ..protocols.mcp._catalog import ToolCatalog
-from ..protocols.mcp._connection import ServerStatus
 from ..protocols.mcp._normalization import MIN_NAME_LENGTH
 from ..protocols.mcp._schemas import SchemaLimits
+from ..protocols.mcp._status import ServerStatus
 from ..search._embedding import EmbeddingRuntime
 from ..search._engine import ToolSearchEngine
 

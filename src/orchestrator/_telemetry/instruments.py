@@ -14,6 +14,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 from wsgiref.simple_server import WSGIServer
 
@@ -124,6 +125,169 @@ _RESULT_BUCKETS = (0, 1, 2, 3, 5, 8, 10, 15, 20, 50, 100)
 _SHUTDOWN_TIMEOUT_MS = 5_000
 
 
+@dataclass(frozen=True)
+class _SearchInstruments:
+    """tool_search and expand_tools."""
+
+    invocations: metrics.Counter
+    duration: metrics.Histogram
+    results: metrics.Histogram
+    expanded_tools: metrics.Counter
+
+    @classmethod
+    def create(cls, meter: metrics.Meter) -> _SearchInstruments:
+        return cls(
+            invocations=meter.create_counter(
+                SEARCH_INVOCATIONS,
+                unit="{invocation}",
+                description="tool_search calls that returned tools (hit) or none (miss), and expand_tools calls (expand)",
+            ),
+            duration=meter.create_histogram(
+                SEARCH_DURATION,
+                unit="s",
+                description="Time to rank the catalog for one tool_search",
+                explicit_bucket_boundaries_advisory=_SEARCH_DURATION_BUCKETS_S,
+            ),
+            results=meter.create_histogram(
+                SEARCH_RESULTS,
+                unit="{tool}",
+                description="Tools returned by one tool_search",
+                explicit_bucket_boundaries_advisory=_RESULT_BUCKETS,
+            ),
+            expanded_tools=meter.create_counter(
+                SEARCH_EXPANDED_TOOLS,
+                unit="{tool}",
+                description="Full schemas handed over by expand_tools",
+            ),
+        )
+
+    def start_outcomes_at_zero(self) -> None:
+        """Every outcome series exists from the start (at 0), so rates and the miss ratio are defined
+        before the first miss and dashboards show every series. Hits and misses always carry the
+        ranking that answered, so they start at 0 for both rankings (never with an empty label)."""
+        for ranking in RANKINGS:
+            for outcome in ("hit", "miss"):
+                self.invocations.add(0, {"outcome": outcome, "ranking": ranking})
+        self.invocations.add(0, {"outcome": "expand"})
+
+
+@dataclass(frozen=True)
+class _SpawnInstruments:
+    """Spawns planned and the tokens each sent and saved."""
+
+    spawns: metrics.Counter
+    tokens_sent: metrics.Histogram
+    tokens_saved: metrics.Histogram
+
+    @classmethod
+    def create(cls, meter: metrics.Meter) -> _SpawnInstruments:
+        return cls(
+            spawns=meter.create_counter(
+                SPAWNS,
+                unit="{spawn}",
+                description="Agents spawned, by tool mode (full catalog or search) and agent profile",
+            ),
+            tokens_sent=meter.create_histogram(
+                SPAWN_TOKENS_SENT,
+                unit="{token}",
+                description="Tokens of tool definitions and tools prompt sent to one spawned agent",
+                explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
+            ),
+            tokens_saved=meter.create_histogram(
+                SPAWN_TOKENS_SAVED,
+                unit="{token}",
+                description="Tokens one spawn saved against shipping the full catalog (0 in full mode)",
+                explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class _CallInstruments:
+    """tools/call requests routed to servers."""
+
+    tool_calls: metrics.Counter
+    duration: metrics.Histogram
+
+    @classmethod
+    def create(cls, meter: metrics.Meter) -> _CallInstruments:
+        return cls(
+            tool_calls=meter.create_counter(
+                TOOL_CALLS,
+                unit="{call}",
+                description="tools/call requests routed to a server, by result",
+            ),
+            duration=meter.create_histogram(
+                CLIENT_OPERATION_DURATION,
+                unit="s",
+                description="Duration of the MCP request as observed on the client (tools/call)",
+                explicit_bucket_boundaries_advisory=_CALL_DURATION_BUCKETS_S,
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class _ServerInstruments:
+    """Each server's catalog size and state (gauges)."""
+
+    # The API exports its synchronous gauge as `_Gauge` (listed in its __all__) while it is in development.
+    catalog_tools: metrics._Gauge
+    catalog_tokens: metrics._Gauge
+    state: metrics._Gauge
+
+    @classmethod
+    def create(cls, meter: metrics.Meter) -> _ServerInstruments:
+        return cls(
+            catalog_tools=meter.create_gauge(
+                CATALOG_TOOLS, unit="{tool}", description="Tools a server currently offers"
+            ),
+            catalog_tokens=meter.create_gauge(
+                CATALOG_TOKENS, unit="{token}", description="Tokens of the full definitions of a server's tools"
+            ),
+            state=meter.create_gauge(
+                SERVER_STATE, unit="{state}", description="1 for the state a server is in, 0 for its other states"
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class _SessionInstruments:
+    """Finished spawn sessions: rounds, actions and the tool tokens paid in each mode."""
+
+    rounds: metrics.Histogram
+    actions: metrics.Counter
+    tokens_sent: metrics.Histogram
+    tokens_counterfactual: metrics.Histogram
+
+    @classmethod
+    def create(cls, meter: metrics.Meter) -> _SessionInstruments:
+        return cls(
+            rounds=meter.create_histogram(
+                SESSION_ROUNDS,
+                unit="{round}",
+                description="Model rounds of one finished spawn session (estimated from its MCP requests)",
+                explicit_bucket_boundaries_advisory=_ROUND_BUCKETS,
+            ),
+            actions=meter.create_counter(
+                SESSION_ACTIONS,
+                unit="{request}",
+                description="Searches (hit, miss), expands and tool calls of finished spawn sessions",
+            ),
+            tokens_sent=meter.create_histogram(
+                SESSION_TOKENS_SENT,
+                unit="{token}",
+                description="Tool tokens one finished spawn session paid over all its rounds, in its mode",
+                explicit_bucket_boundaries_advisory=_SESSION_TOKEN_BUCKETS,
+            ),
+            tokens_counterfactual=meter.create_histogram(
+                SESSION_TOKENS_COUNTERFACTUAL,
+                unit="{token}",
+                description="Tool tokens the same session would have paid in the other mode",
+                explicit_bucket_boundaries_advisory=_SESSION_TOKEN_BUCKETS,
+            ),
+        )
+
+
 class Telemetry:
     """A meter's instruments (and optionally a tracer) plus what to stop at shutdown.
 
@@ -159,95 +323,12 @@ class Telemetry:
         self._prometheus_thread = prometheus_thread
         self._closed = False
         meter = (meter_provider or metrics.get_meter_provider()).get_meter(METER_NAME)
-        self._search_invocations = meter.create_counter(
-            SEARCH_INVOCATIONS,
-            unit="{invocation}",
-            description="tool_search calls that returned tools (hit) or none (miss), and expand_tools calls (expand)",
-        )
-        self._search_duration = meter.create_histogram(
-            SEARCH_DURATION,
-            unit="s",
-            description="Time to rank the catalog for one tool_search",
-            explicit_bucket_boundaries_advisory=_SEARCH_DURATION_BUCKETS_S,
-        )
-        self._search_results = meter.create_histogram(
-            SEARCH_RESULTS,
-            unit="{tool}",
-            description="Tools returned by one tool_search",
-            explicit_bucket_boundaries_advisory=_RESULT_BUCKETS,
-        )
-        self._expanded_tools = meter.create_counter(
-            SEARCH_EXPANDED_TOOLS,
-            unit="{tool}",
-            description="Full schemas handed over by expand_tools",
-        )
-        self._spawns = meter.create_counter(
-            SPAWNS,
-            unit="{spawn}",
-            description="Agents spawned, by tool mode (full catalog or search) and agent profile",
-        )
-        self._tokens_sent = meter.create_histogram(
-            SPAWN_TOKENS_SENT,
-            unit="{token}",
-            description="Tokens of tool definitions and tools prompt sent to one spawned agent",
-            explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
-        )
-        self._tokens_saved = meter.create_histogram(
-            SPAWN_TOKENS_SAVED,
-            unit="{token}",
-            description="Tokens one spawn saved against shipping the full catalog (0 in full mode)",
-            explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
-        )
-        self._tool_calls = meter.create_counter(
-            TOOL_CALLS,
-            unit="{call}",
-            description="tools/call requests routed to a server, by result",
-        )
-        self._call_duration = meter.create_histogram(
-            CLIENT_OPERATION_DURATION,
-            unit="s",
-            description="Duration of the MCP request as observed on the client (tools/call)",
-            explicit_bucket_boundaries_advisory=_CALL_DURATION_BUCKETS_S,
-        )
-        self._catalog_tools = meter.create_gauge(
-            CATALOG_TOOLS, unit="{tool}", description="Tools a server currently offers"
-        )
-        self._catalog_tokens = meter.create_gauge(
-            CATALOG_TOKENS, unit="{token}", description="Tokens of the full definitions of a server's tools"
-        )
-        self._server_state = meter.create_gauge(
-            SERVER_STATE, unit="{state}", description="1 for the state a server is in, 0 for its other states"
-        )
-        self._session_rounds = meter.create_histogram(
-            SESSION_ROUNDS,
-            unit="{round}",
-            description="Model rounds of one finished spawn session (estimated from its MCP requests)",
-            explicit_bucket_boundaries_advisory=_ROUND_BUCKETS,
-        )
-        self._session_actions = meter.create_counter(
-            SESSION_ACTIONS,
-            unit="{request}",
-            description="Searches (hit, miss), expands and tool calls of finished spawn sessions",
-        )
-        self._session_tokens_sent = meter.create_histogram(
-            SESSION_TOKENS_SENT,
-            unit="{token}",
-            description="Tool tokens one finished spawn session paid over all its rounds, in its mode",
-            explicit_bucket_boundaries_advisory=_SESSION_TOKEN_BUCKETS,
-        )
-        self._session_tokens_counterfactual = meter.create_histogram(
-            SESSION_TOKENS_COUNTERFACTUAL,
-            unit="{token}",
-            description="Tool tokens the same session would have paid in the other mode",
-            explicit_bucket_boundaries_advisory=_SESSION_TOKEN_BUCKETS,
-        )
-        # Every outcome series exists from the start (at 0), so rates and the miss ratio are defined
-        # before the first miss and dashboards show every series. Hits and misses always carry the
-        # ranking that answered, so they start at 0 for both rankings (never with an empty label).
-        for ranking in RANKINGS:
-            for outcome in ("hit", "miss"):
-                self._search_invocations.add(0, {"outcome": outcome, "ranking": ranking})
-        self._search_invocations.add(0, {"outcome": "expand"})
+        self._search = _SearchInstruments.create(meter)
+        self._spawn = _SpawnInstruments.create(meter)
+        self._calls = _CallInstruments.create(meter)
+        self._servers = _ServerInstruments.create(meter)
+        self._sessions = _SessionInstruments.create(meter)
+        self._search.start_outcomes_at_zero()
 
     # ------------------------------------------------------------------ recording
 
@@ -272,28 +353,28 @@ class Telemetry:
         if fallback is not None:
             _check(fallback, FALLBACK_KINDS, "ranking fallback")
             attributes["fallback"] = fallback
-        self._search_invocations.add(1, attributes)
-        self._search_duration.record(max(0.0, duration_s), attributes)
-        self._search_results.record(max(0, hits))
+        self._search.invocations.add(1, attributes)
+        self._search.duration.record(max(0.0, duration_s), attributes)
+        self._search.results.record(max(0, hits))
 
     def record_expand(self, count: int) -> None:
         """One expand_tools call that handed over `count` schemas (counted as outcome `expand`)."""
-        self._search_invocations.add(1, {"outcome": "expand"})
-        self._expanded_tools.add(max(0, count))
+        self._search.invocations.add(1, {"outcome": "expand"})
+        self._search.expanded_tools.add(max(0, count))
 
     def record_spawn(self, mode: str, agent: str, tokens_sent: int, tokens_saved: int) -> None:
         """One spawn planned in `mode` for agent profile `agent`, with the tokens it sent and saved."""
         _check(mode, SPAWN_MODES, "spawn mode")
         attributes = {"mode": mode, "agent": agent}
-        self._spawns.add(1, attributes)
-        self._tokens_sent.record(max(0, tokens_sent), attributes)
+        self._spawn.spawns.add(1, attributes)
+        self._spawn.tokens_sent.record(max(0, tokens_sent), attributes)
         # Histograms take no negative values; a plan that cost more than the full catalog saved 0.
-        self._tokens_saved.record(max(0, tokens_saved), attributes)
+        self._spawn.tokens_saved.record(max(0, tokens_saved), attributes)
 
     def record_tool_call(self, server: str, tool: str, result: CallResult, duration_s: float) -> None:
         """One tools/call routed to `server` for its tool `tool` (the server's own name), with its result."""
         _check(result, CALL_RESULTS, "tool call result")
-        self._tool_calls.add(1, {"server": server, "result": result})
+        self._calls.tool_calls.add(1, {"server": server, "result": result})
         attributes = {
             "mcp.method.name": "tools/call",
             "gen_ai.operation.name": "execute_tool",
@@ -303,20 +384,20 @@ class Telemetry:
         if result != "ok":
             # semconv: error.type only when the operation failed; "tool_error" for isError results.
             attributes["error.type"] = result
-        self._call_duration.record(max(0.0, duration_s), attributes)
+        self._calls.duration.record(max(0.0, duration_s), attributes)
 
     def record_catalog(self, server: str, tools: int, tokens: int) -> None:
         """Current catalog size of one server: tool count and tokens of its full definitions (gauges)."""
         attributes = {"server": server}
-        self._catalog_tools.set(tools, attributes)
-        self._catalog_tokens.set(tokens, attributes)
+        self._servers.catalog_tools.set(tools, attributes)
+        self._servers.catalog_tokens.set(tokens, attributes)
 
     def record_server_state(self, server: str, state: str) -> None:
         """`server` is now in `state` (one of SERVER_STATES): its series for that state is 1, the others 0, so
         `mcp_server_state{state="failed"} == 1` selects the failed servers and no old state lingers."""
         _check(state, SERVER_STATES, "server state")
         for each in SERVER_STATES:
-            self._server_state.set(1 if each == state else 0, {"server": server, "state": each})
+            self._servers.state.set(1 if each == state else 0, {"server": server, "state": each})
 
     def record_session(
         self,
@@ -340,11 +421,11 @@ class Telemetry:
         """
         _check(mode, SPAWN_MODES, "session mode")
         attributes = {"mode": mode, "agent": agent}
-        self._session_rounds.record(max(0, rounds), attributes)
+        self._sessions.rounds.record(max(0, rounds), attributes)
         for action, count in zip(SESSION_ACTION_KINDS, (hits, misses, expands, calls), strict=True):
-            self._session_actions.add(max(0, count), {**attributes, "action": action})
-        self._session_tokens_sent.record(max(0, tokens_sent), attributes)
-        self._session_tokens_counterfactual.record(max(0, tokens_counterfactual), attributes)
+            self._sessions.actions.add(max(0, count), {**attributes, "action": action})
+        self._sessions.tokens_sent.record(max(0, tokens_sent), attributes)
+        self._sessions.tokens_counterfactual.record(max(0, tokens_counterfactual), attributes)
 
     @contextlib.contextmanager
     def span(self, name: str, **attributes: Any) -> Iterator[Span]:

@@ -33,42 +33,42 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 final newline."""
 
 MAX_NAME_LENGTH = 64
-# The provider limit above.
+"""The provider limit in NAME_PATTERN."""
 SEPARATOR = "__"
-# Between server and tool. A lossless server part never contains it nor ends in "_", so the first "__"
-# of a lossless name is always the split point and `server__tool` decodes uniquely.
+"""Between server and tool. A lossless server part never contains it nor ends in "_", so the first "__"
+of a lossless name is always the split point and `server__tool` decodes uniquely."""
 HASH_LENGTH = 12
-# Hex digits of sha256 kept: 48 bits. Two different tools only collide if their sanitised prefixes are
-# also equal; even 10,000 tools sharing one prefix collide with probability ~2e-7.
+"""Hex digits of sha256 kept: 48 bits. Two different tools only collide if their sanitised prefixes are
+also equal; even 10,000 tools sharing one prefix collide with probability ~2e-7."""
 HASH_MARK = "-"
-# Joins the readable part and the hash. Lossless names never end in MARK + 12 hex (such a tool is
-# hashed instead), so a lossless name can never equal a hashed one.
+"""Joins the readable part and the hash. Lossless names never end in MARK + 12 hex (such a tool is
+hashed instead), so a lossless name can never equal a hashed one."""
 SERVER_KEEP = 20
-# When server and tool together are too long, the server part keeps at least this many characters so a
-# human still sees where the tool lives; the tool part gets the rest.
+"""When server and tool together are too long, the server part keeps at least this many characters so a
+human still sees where the tool lives; the tool part gets the rest."""
 SUMMARY_LIMIT = 160
-# Default cap of `one_line`: about two dozen words, enough to tell tools apart in a directory line.
+"""Default cap of `one_line`: about two dozen words, enough to tell tools apart in a directory line."""
 ELLIPSIS = "…"
 DESCRIPTION_LIMIT = 8000
-# Default cap of `sanitize_text` (`mcp.max_description_chars`): above the longest real description of the
-# 590 tools in ../shared/data (about 7,000 characters); a 1 MB one would cost ~250k tokens per prompt.
+"""Default cap of `sanitize_text` (`mcp.max_description_chars`): above the longest real description of the
+590 tools in ../shared/data (about 7,000 characters); a 1 MB one would cost ~250k tokens per prompt."""
 TRUNCATION_MARK = " … [cut: {omitted:,} more characters]"
 MAX_BLANK_LINES = 2
-# Runs of empty lines kept in a description (more carry nothing but can push text out of view).
+"""Runs of empty lines kept in a description (more carry nothing but can push text out of view)."""
 QUOTE_MARK = "> "
-# Put before a first line that would otherwise read as a role turn or section start.
+"""Put before a first line that would otherwise read as a role turn or section start."""
 
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[PX^_][^\x1b]*(?:\x1b\\)?|[@-Z\\-_])?")
-# Terminal escape sequences: CSI (colours, cursor moves), OSC (titles, hyperlinks), DCS/SOS/PM/APC and
-# two-byte escapes; a lone ESC goes too. Removed before the per-character filter so no payload survives.
+"""Terminal escape sequences: CSI (colours, cursor moves), OSC (titles, hyperlinks), DCS/SOS/PM/APC and
+two-byte escapes; a lone ESC goes too. Removed before the per-character filter so no payload survives."""
 _ROLES = r"(?:system|assistant|user|human|developer|tool|function|ai|model|instructions?)"
 _ROLE_LINE = re.compile(
     rf"^\s*(?:{_ROLES}\s*:|#{{1,6}}\s*{_ROLES}\b|<\|[^|>]*\|>|</?(?:{_ROLES}|im_start|im_end|start_of_turn)\b[^>]*>"
     r"|\[/?(?:INST|SYS|SYSTEM)\]|<</?SYS>>)",
     re.IGNORECASE,
 )
-# A line that could read as a new role turn, a chat-template token or a role/instructions section.
-# Ordinary headings, XML-ish tags such as <examples> and rules stay: real descriptions use them.
+"""A line that could read as a new role turn, a chat-template token or a role/instructions section.
+Ordinary headings, XML-ish tags such as <examples> and rules stay: real descriptions use them."""
 _SCHEMA_TEXT_KEYS = ("description", "title")
 
 _PART = re.compile(r"[A-Za-z0-9_-]+")
@@ -76,12 +76,12 @@ _INVALID_RUN = re.compile(r"[^A-Za-z0-9_-]+")
 _UNDERSCORE_RUN = re.compile(r"_{2,}")
 _HASHED_TAIL = re.compile(rf"{re.escape(HASH_MARK)}[0-9a-f]{{{HASH_LENGTH}}}\Z")
 _READABLE_BUDGET = MAX_NAME_LENGTH - len(SEPARATOR) - len(HASH_MARK) - HASH_LENGTH
-# 49 characters of server + tool in a hashed name.
+"""49 characters of server + tool in a hashed name."""
 MIN_NAME_LENGTH = 24
-# Shortest `max_length` a name may be fitted into: separator, mark and hash take 15 characters, and the
-# readable part keeps at least 9 so a human still sees which server and tool it is.
+"""Shortest `max_length` a name may be fitted into: separator, mark and hash take 15 characters, and the
+readable part keeps at least 9 so a human still sees which server and tool it is."""
 _WORD_BREAK_MIN = 0.5
-# `one_line` cuts at the last space only if that keeps at least half the limit; otherwise mid-word.
+"""`one_line` cuts at the last space only if that keeps at least half the limit; otherwise mid-word."""
 
 
 @dataclass(frozen=True)
