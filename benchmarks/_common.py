@@ -1,17 +1,24 @@
-"""What the tool-search benchmarks share: data paths, the plain BM25 baseline, replicated catalogs, verdicts."""
+"""What the benchmarks share: data paths, the plain BM25 baseline, replicated catalogs, verdicts, and
+`--write-results`, which records what a run printed in benchmarks/RESULTS.md."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import datetime
 import importlib.util
+import io
 import json
 import os
+import platform
 import re
 import statistics
+import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 from rank_bm25 import BM25Okapi
@@ -152,3 +159,145 @@ def anchor_rankers() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# --------------------------------------------------------------------------- benchmarks/RESULTS.md
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+"""The one file of measured figures: a section per benchmark command, each written by its own run."""
+RESULTS_FLAG = "--write-results"
+NEW_SECTIONS_MARK = "<!-- new sections are added above this line -->"
+"""Sections a file does not hold yet go just above this line (the hand-written history stays below it)."""
+_RESULTS_HEADER = f"""\
+# Benchmark results
+
+Measured figures, one section per benchmark command. `python benchmarks/<name>.py {RESULTS_FLAG}` runs as
+usual and then replaces its command's section with what it printed, stamped with the date, the machine,
+the Python version and the commit. Timings depend on the machine and its load: compare sections measured
+on the same machine.
+
+{NEW_SECTIONS_MARK}
+"""
+
+
+def add_results_flag(parser: argparse.ArgumentParser) -> None:
+    """Declare `--write-results` (read by `run_recorded`, which wraps the script's `main`)."""
+    parser.add_argument(
+        RESULTS_FLAG,
+        action="store_true",
+        help=f"also write what this run prints to {RESULTS.relative_to(REPO)} (its command's section)",
+    )
+
+
+def run_recorded(main: Callable[[], int | None]) -> int:
+    """Run a benchmark's `main`; with `--write-results` on the command line, what it printed to stdout
+    becomes its command's section of RESULTS.md (only when `main` returns: a run that fails to measure
+    writes nothing). The section is named by the script and its other arguments, so each variant of a
+    benchmark (`retrieval.py --hybrid`, `retrieval.py --long --hybrid`) keeps its own."""
+    arguments = sys.argv[1:]
+    if RESULTS_FLAG not in arguments:
+        return main() or 0
+    name = " ".join([Path(sys.argv[0]).name, *(argument for argument in arguments if argument != RESULTS_FLAG)])
+    load_before = _load_average()
+    started = datetime.datetime.now().astimezone()
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(_Tee(sys.stdout, printed)):
+        code = main() or 0
+    stamp = f"{started:%Y-%m-%d %H:%M %Z}, load average {load_before} at the start and {_load_average()} at the end"
+    path = results_section(name, printed.getvalue(), when=stamp)
+    print(f"\nwrote the section `{name}` of {path}")
+    return code
+
+
+def results_section(name: str, text: str, *, when: str | None = None, path: Path = RESULTS) -> Path:
+    """Replace the section between `<!-- begin NAME -->` and `<!-- end NAME -->` of `path` with `text`
+    as a code block under a stamp (date, machine, Python, commit); a missing file or section is created.
+
+    Args:
+        name: the section's name (by convention the command: `speed.py --hybrid`).
+        text: what the run printed, kept as it is.
+        when: the stamp's date text (default: now).
+        path: the results file (default: benchmarks/RESULTS.md).
+    """
+    begin, end = f"<!-- begin {name} -->", f"<!-- end {name} -->"
+    when = when or f"{datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}"
+    body = "\n".join(
+        [
+            begin,
+            f"## `{name}`",
+            "",
+            f"`python benchmarks/{name}`: {when}; {_machine()}; Python {platform.python_version()}; {_commit()}.",
+            "",
+            "```text",
+            text.strip("\n"),
+            "```",
+            end,
+        ]
+    )
+    current = path.read_text(encoding="utf-8") if path.exists() else _RESULTS_HEADER
+    start, stop = current.find(begin), current.find(end)
+    if start >= 0 and stop > start:
+        updated = current[:start] + body + current[stop + len(end) :]
+    elif NEW_SECTIONS_MARK in current:
+        updated = current.replace(NEW_SECTIONS_MARK, f"{body}\n\n{NEW_SECTIONS_MARK}", 1)
+    else:
+        updated = f"{current.rstrip()}\n\n{body}\n"
+    temporary = path.with_suffix(".md.tmp")
+    temporary.write_text(updated, encoding="utf-8")
+    temporary.replace(path)
+    return path
+
+
+class _Tee(io.TextIOBase):
+    """Writes go to the terminal (or wherever stdout went) and into a buffer."""
+
+    def __init__(self, shown: TextIO, kept: io.StringIO) -> None:
+        self._shown, self._kept = shown, kept
+
+    def write(self, text: str) -> int:
+        self._kept.write(text)
+        return self._shown.write(text)
+
+    def flush(self) -> None:
+        self._shown.flush()
+
+    def isatty(self) -> bool:
+        return bool(self._shown.isatty())
+
+
+def _machine() -> str:
+    """CPU model, logical cores and memory, from /proc (Linux), else what `platform` knows."""
+    model, cores, memory = platform.processor() or platform.machine(), os.cpu_count() or 0, ""
+    with contextlib.suppress(OSError):
+        lines = Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
+        models = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+        model = models[0] if models else model
+        cores = sum(1 for line in lines if line.startswith("processor")) or cores
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("MemTotal:"):
+                memory = f", {int(line.split()[1]) / 1024**2:.1f} GiB RAM"
+    return f"{model}, {cores} cores{memory}"
+
+
+def _load_average() -> str:
+    with contextlib.suppress(OSError):
+        return f"{os.getloadavg()[0]:.2f}"
+    return "unknown"
+
+
+def _commit() -> str:
+    """The checked-out commit, and whether tracked files differ from it."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "commit unknown"
+    return f"commit {head}" + (" with uncommitted changes" if changed else "")

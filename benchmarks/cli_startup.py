@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from _common import REPO, median, report_targets, table
+from _common import REPO, add_results_flag, median, report_targets, run_recorded, table
 
 DEFAULT_RUNS = 7
 TTY_SIZE = (120, 40)
@@ -139,6 +139,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, help=f"runs per command (default {DEFAULT_RUNS})")
     parser.add_argument("--tty", action="store_true", help="stdout on a pseudo-terminal, as at a terminal")
+    add_results_flag(parser)
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be at least 1")
@@ -189,4 +190,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_recorded(main))

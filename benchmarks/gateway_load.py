@@ -54,9 +54,18 @@ from mcp.client.streamable_http import streamable_http_client
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from _common import CATALOGS, RETRIEVAL, percentile, report_targets, table, verdict
-from orchestrator import Gateway
+from _common import (
+    CATALOGS,
+    RETRIEVAL,
+    add_results_flag,
+    percentile,
+    report_targets,
+    run_recorded,
+    table,
+    verdict,
+)
 from orchestrator._config import GatewaySettings, MCPSettings, ServerConfig, Settings
+from orchestrator import Gateway
 from orchestrator._history import TaskHistory
 from orchestrator._telemetry import SEARCH_INVOCATIONS, Telemetry
 from orchestrator.protocols.mcp._manager import MCPManager
@@ -421,6 +430,7 @@ def main() -> int:
     parser.add_argument("--full", action="store_true", help="also 100 clients")
     parser.add_argument("--workers", default="0,4", help="gateway.workers of each gateway compared (default 0,4)")
     parser.add_argument("--client", action="store_true", help=argparse.SUPPRESS)  # the client process
+    add_results_flag(parser)
     args = parser.parse_args()
     if args.client:
         print(json.dumps(anyio.run(client_main, json.load(sys.stdin))))
@@ -465,4 +475,4 @@ def _numbers(text: str) -> tuple[int, ...]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_recorded(main))

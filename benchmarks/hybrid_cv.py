@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import platformdirs
 
-from _common import table
+from _common import add_results_flag, run_recorded, table
 from orchestrator._config import ToolSearchSettings
 from orchestrator.search._embedding.model import SemanticScorer
 from orchestrator.search._embedding.vectors import ToolVectors
@@ -39,6 +39,7 @@ Setting = tuple[float, float, float, float]
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", type=Path, default=Path(platformdirs.user_cache_dir("orchestrator")) / "probe")
+    add_results_flag(parser)
     args = parser.parse_args()
     scorer = ToolVectors(SemanticScorer.load(), args.cache)
     sets: dict[str, Scored] = {name: score_set(name, scorer, False) for name in SETS}
@@ -103,4 +104,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_recorded(main))

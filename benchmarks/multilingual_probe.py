@@ -14,6 +14,7 @@ text near 0.7), so its floors are tried at 0.80 and 0.85. E5 tool vectors are ca
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import platformdirs
 
+from _common import add_results_flag, run_recorded
 from orchestrator.search._embedding.model import SemanticScorer
 from orchestrator.search._embedding.rules import admitted, blend, entry_text, query_sentences
 from orchestrator.search._embedding.vectors import ToolVectors
@@ -77,6 +79,9 @@ def evaluate(scored: Scored, cosines: list[np.ndarray], weight: float | None, fl
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_results_flag(parser)
+    parser.parse_args()
     scorer = ToolVectors(SemanticScorer.load(), Path(platformdirs.user_cache_dir("orchestrator")) / "probe")
     scored = score_set("mcp-catalogs", scorer, False)
     shipped = [c if c is not None else np.zeros(len(scored.catalog)) for c in scored.cosines]
@@ -99,4 +104,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_recorded(main))

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import anyio
 
-from _common import REPO, report_targets, table
+from _common import REPO, add_results_flag, report_targets, run_recorded, table
 from orchestrator import MCPManager, MCPSettings, OrchestratorError, ServerConfig, ServerState
 
 SERVERS = REPO / "tests" / "servers"
@@ -191,5 +191,6 @@ async def main(outage_s: float) -> int:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--outage-s", type=float, default=5.0)
+    add_results_flag(parser)
     args = parser.parse_args()
-    sys.exit(anyio.run(main, args.outage_s))
+    sys.exit(run_recorded(lambda: anyio.run(main, args.outage_s)))

@@ -37,7 +37,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from _common import CATALOGS, DEV_SETS, RETRIEVAL, SETS, anchor_rankers, fallbacks, report_targets, table
+from _common import (
+    CATALOGS,
+    DEV_SETS,
+    RETRIEVAL,
+    SETS,
+    add_results_flag,
+    anchor_rankers,
+    fallbacks,
+    report_targets,
+    run_recorded,
+    table,
+)
 from orchestrator import EmbeddingRuntime, Settings, Telemetry, ToolCatalog, ToolSearchEngine, ToolSearchSettings
 from orchestrator._errors import SearchQueryError
 from orchestrator.protocols.mcp._catalog import read_snapshot
@@ -222,6 +233,7 @@ def main() -> int:
         "--long", action="store_true", help="only the long multi-step requests (built from mcp-catalogs)"
     )
     parser.add_argument("--distinct", action="store_true", help="only equivalent tools folded or not (mcp-catalogs)")
+    add_results_flag(parser)
     args = parser.parse_args()
     if args.long or args.distinct:
         long_hybrid = Hybrid() if args.hybrid else None
@@ -642,4 +654,4 @@ def cross_validation(sets: dict[str, DevSet], anchors_module: Any) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_recorded(main))

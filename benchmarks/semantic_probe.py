@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import platformdirs
 
-from _common import CATALOGS, RETRIEVAL, SETS, table
+from _common import CATALOGS, RETRIEVAL, SETS, add_results_flag, run_recorded, table
 from orchestrator._config import ToolSearchSettings
 from orchestrator.protocols.mcp._catalog import ToolCatalog
 from orchestrator.search._embedding.model import MINILM_DIMENSION, SemanticScorer
@@ -231,6 +231,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", type=Path, default=Path(platformdirs.user_cache_dir("orchestrator")) / "probe")
     parser.add_argument("--quick", action="store_true", help="first 300 queries of each set")
+    add_results_flag(parser)
     args = parser.parse_args()
     defaults = ToolSearchSettings()
     scorer = ToolVectors(SemanticScorer.load(), args.cache)
@@ -309,4 +310,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_recorded(main))

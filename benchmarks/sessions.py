@@ -52,7 +52,7 @@ import yaml
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from _common import CATALOGS
+from _common import CATALOGS, add_results_flag, run_recorded
 
 HERE = Path(__file__).resolve().parent
 ORCHESTRATOR = str(Path(sys.executable).with_name("orchestrator"))
@@ -329,6 +329,7 @@ def main() -> int:
     parser.add_argument("--think", type=float, default=0.25, help="seconds before each round (the model's turn)")
     parser.add_argument("--concurrency", type=int, default=5)
     parser.add_argument("--keep", type=Path, help="keep the spawn log and configs in this folder")
+    add_results_flag(parser)
     args = parser.parse_args()
 
     folder = Path(tempfile.mkdtemp(prefix="orchestrator-sessions-"))
@@ -398,4 +399,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_recorded(main))

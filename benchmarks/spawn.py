@@ -39,6 +39,7 @@ from mcp.client.streamable_http import streamable_http_client
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+from _common import add_results_flag, run_recorded  # noqa: E402
 from orchestrator import AgentProfile, Gateway, GatewayClient, MCPManager, Settings, load_settings  # noqa: E402
 from orchestrator._config import ToolSearchOverrides  # noqa: E402
 
@@ -153,6 +154,7 @@ def main() -> None:
     parser.add_argument("--warm", type=int, default=20, help="warm spawns to time")
     parser.add_argument("--cold", type=int, default=3, help="cold spawns to time")
     parser.add_argument("--process", action="store_true", help="also time a separate agent process (slow)")
+    add_results_flag(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
@@ -177,4 +179,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_recorded(main))

@@ -54,11 +54,13 @@ from _common import (
     CATALOGS,
     RETRIEVAL,
     SETS,
+    add_results_flag,
     fallbacks,
     median,
     percentile,
     replicated_lists,
     report_targets,
+    run_recorded,
     same_scores,
     table,
 )
@@ -129,6 +131,7 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=100, help="queries per retrieval set (default 100)")
     parser.add_argument("--repeats", type=int, default=5, help="index builds per size (median reported)")
     parser.add_argument("--hybrid", action="store_true", help="also hybrid ranking (needs the semantic extra)")
+    add_results_flag(parser)
     args = parser.parse_args()
     texts = queries(args.queries)
     print(f"{len(texts)} queries from {', '.join(SETS)}; k={K}\n")
@@ -377,4 +380,4 @@ def hybrid_speed(texts: list[str]) -> list[tuple[str, bool]]:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_recorded(main))

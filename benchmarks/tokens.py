@@ -23,12 +23,13 @@ Target: search mode sends at most 2% of the full catalog's tokens at 590 tools, 
 
 from __future__ import annotations
 
+import argparse
 import json
 from typing import Any
 
 from mcp.types import CallToolResult, TextContent
 
-from _common import CATALOGS, report_targets, table
+from _common import CATALOGS, add_results_flag, report_targets, run_recorded, table
 from orchestrator import MetaTools, Settings, SpawnPlan, SpawnPlanner, ToolCatalog, ToolSearchEngine, ToolSearchSettings
 from orchestrator._tokens import compact_json, count_tokens
 from orchestrator.protocols.mcp._catalog import read_snapshot
@@ -80,6 +81,9 @@ def session(catalog: ToolCatalog, settings: ToolSearchSettings) -> tuple[int, in
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_results_flag(parser)
+    parser.parse_args()
     settings = ToolSearchSettings()
     lists = read_snapshot(CATALOGS)
     servers = sorted(lists)
@@ -139,4 +143,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_recorded(main))
