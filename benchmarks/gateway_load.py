@@ -64,8 +64,8 @@ from _common import (
     table,
     verdict,
 )
-from orchestrator._config import GatewaySettings, MCPSettings, ServerConfig, Settings
 from orchestrator import Gateway
+from orchestrator._config import GatewaySettings, MCPSettings, ServerConfig, Settings
 from orchestrator._history import TaskHistory
 from orchestrator._telemetry import SEARCH_INVOCATIONS, Telemetry
 from orchestrator.protocols.mcp._manager import MCPManager
