@@ -18,7 +18,7 @@ import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 # Public name -> the internal module that defines it.
 _EXPORTS: dict[str, str] = {

@@ -46,6 +46,7 @@ from .._planning import SpawnPlanner
 from .._spawnlog import SpawnLog
 from .._store import MemoryStore, Store
 from .._telemetry import Telemetry
+from .._version import __version__
 from ..protocols.mcp._catalog import ToolCatalog
 from ..search._embedding import EmbeddingRuntime
 from .app import serve
@@ -154,7 +155,7 @@ class Gateway:
             warnings.simplefilter("ignore", MCPDeprecationWarning)
             return _GatewayServer(
                 self.settings.gateway.server_name,
-                version=_package_version(),
+                version=__version__,
                 instructions=INSTRUCTIONS,
                 on_list_tools=handlers.on_list_tools,
                 on_call_tool=handlers.on_call_tool,
@@ -405,7 +406,3 @@ def _history_listener(history: TaskHistory, task_id: str) -> EventListener:
     return record
 
 
-def _package_version() -> str:
-    from .. import __version__
-
-    return __version__

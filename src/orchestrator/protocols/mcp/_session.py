@@ -41,7 +41,7 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from mcp_types import methods as wire_methods
 from pydantic import ValidationError
 
-from ... import __version__
+from ..._version import __version__
 from ..._config import ServerConfig
 from ..._errors import ServerError, ToolCallTimeout, ToolExecutionError, TransportError
 from ._normalization import one_line

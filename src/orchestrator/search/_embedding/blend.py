@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -15,7 +15,6 @@ if TYPE_CHECKING:
 
     from ..._config import ToolSearchSettings
     from ...protocols.mcp._catalog import ToolCatalog
-    from . import EmbeddingRuntime
     from .vectors import ToolVectors
 
 __all__ = ["EMBED_MS_PER_TEXT", "EMBED_MS_PER_TOKEN", "SYNC_EMBED_TEXTS", "HybridBlend"]
@@ -29,6 +28,17 @@ took ~19 s)."""
 EMBED_MS_PER_TEXT = 2.0
 """USE multilingual v3's time per tool text on one core here (1.5-1.8 ms measured). Uncached texts are
 embedded inside a search only when tokens x EMBED_MS_PER_TOKEN + texts x this fits `embedding_timeout_ms`."""
+
+
+class Runtime(Protocol):
+    """What a blend needs from its `EmbeddingRuntime`: the vectors over the loaded model, why the model
+    failed (None while it has not), and where fallbacks are logged once."""
+
+    error: SemanticUnavailable | None
+
+    def vectors(self) -> ToolVectors: ...
+
+    def note(self, exc: SemanticUnavailable) -> None: ...
 
 
 class _CatalogVectors:
@@ -56,7 +66,7 @@ class HybridBlend:
     vector cache makes that happen once per tool text.
     """
 
-    def __init__(self, runtime: EmbeddingRuntime, settings: ToolSearchSettings) -> None:
+    def __init__(self, runtime: Runtime, settings: ToolSearchSettings) -> None:
         self.runtime = runtime
         self.weight = settings.hybrid_weight
         self.floor = settings.semantic_floor
