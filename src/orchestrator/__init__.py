@@ -28,8 +28,11 @@ _EXPORTS: dict[str, str] = {
     "GatewaySettings": "._config",
     "LoadedConfig": "._config",
     "MCPSettings": "._config",
+    "OTLPSettings": "._config",
+    "PrometheusSettings": "._config",
     "ServerConfig": "._config",
     "Settings": "._config",
+    "StoreSettings": "._config",
     "TelemetrySettings": "._config",
     "ToolSearchSettings": "._config",
     "load_config": "._config",
@@ -48,17 +51,33 @@ _EXPORTS: dict[str, str] = {
     "ToolExecutionError": "._errors",
     "ToolNotFoundError": "._errors",
     "TransportError": "._errors",
+    "StoreError": "._store",
+    "CredentialError": "._gateway.auth",
+    "SpawnClosedError": "._gateway.auth",
+    "SpawnLimitError": "._gateway.auth",
+    "GatewayAuthError": "._gateway.client",
     # the MCP manager
     "MCPManager": ".protocols.mcp._manager",
+    "Listener": ".protocols.mcp._manager",
+    "LogSink": ".protocols.mcp._session",
+    "Circuit": ".protocols.mcp._status",
+    "DroppedTool": ".protocols.mcp._status",
     "ServerState": ".protocols.mcp._status",
     "ServerStatus": ".protocols.mcp._status",
+    "SchemaLimits": ".protocols.mcp._schemas",
     "TransportFactory": ".protocols.mcp._transports",
     # the catalog and tool search
     "ToolCatalog": ".protocols.mcp._catalog",
     "ToolEntry": ".protocols.mcp._catalog",
     "ToolSearchEngine": ".search._engine",
     "SearchHit": ".search._engine",
+    "Ranked": ".search._engine",
+    "ScoreBlend": ".search._blend",
     "EmbeddingRuntime": ".search._embedding",
+    "MultilingualEncoder": ".search._embedding",
+    "SemanticScorer": ".search._embedding",
+    "ToolVectors": ".search._embedding",
+    "TokenCounter": "._tokens",
     # planning
     "ToolPlan": "._planning",
     "SpawnPlan": "._planning",
@@ -70,34 +89,59 @@ _EXPORTS: dict[str, str] = {
     "MetaStats": "._meta_tools",
     "CallRelay": "._meta_tools",
     "Handled": "._meta_tools",
+    "Offload": "._meta_tools",
+    "ToolRouter": "._meta_tools",
+    "Visibility": "._meta_tools",
+    "meta_tool_definitions": "._meta_tools",
     "MetaEvent": "._events",
     "SearchEvent": "._events",
     "ExpandEvent": "._events",
     "CallEvent": "._events",
     "Caller": "._events",
     "RankedTool": "._events",
-    "meta_tool_definitions": "._meta_tools",
+    "EventListener": "._events",
     "render_tools": "._formats",
-    # the gateway
+    "Definition": "._formats",
+    "ProviderFormat": "._formats",
+    # the gateway and the state replicas share
     "Gateway": "._gateway.server",
+    "Upstream": "._gateway.views",
     "SpawnHandle": "._gateway.spawns",
     "GatewayClient": "._gateway.client",
+    "Credentials": "._gateway.auth",
+    "SpawnClaims": "._gateway.auth",
+    "Store": "._store",
+    "open_store": "._store",
+    "SpawnLog": "._spawnlog",
+    "SpawnLogStore": "._spawnlog",
+    "SpawnRecord": "._spawnlog",
+    "Action": "._accounting",
+    "ActionKind": "._accounting",
+    "Batches": "._accounting",
+    "SessionBasis": "._accounting",
+    "SessionCost": "._accounting",
     # telemetry
     "Telemetry": "._telemetry",
     "setup_telemetry": "._telemetry",
+    "CallResult": "._telemetry",
+    "SearchOutcome": "._telemetry",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if _TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` imports on first use
+    from ._accounting import Action, ActionKind, Batches, SessionBasis, SessionCost
     from ._config import (
         AgentProfile,
         EmbeddingSettings,
         GatewaySettings,
         LoadedConfig,
         MCPSettings,
+        OTLPSettings,
+        PrometheusSettings,
         ServerConfig,
         Settings,
+        StoreSettings,
         TelemetrySettings,
         ToolSearchSettings,
         load_config,
@@ -118,21 +162,38 @@ if _TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__`
         ToolNotFoundError,
         TransportError,
     )
-    from ._events import Caller, CallEvent, ExpandEvent, MetaEvent, RankedTool, SearchEvent
-    from ._formats import render_tools
-    from ._gateway.client import GatewayClient
+    from ._events import Caller, CallEvent, EventListener, ExpandEvent, MetaEvent, RankedTool, SearchEvent
+    from ._formats import Definition, ProviderFormat, render_tools
+    from ._gateway.auth import CredentialError, Credentials, SpawnClaims, SpawnClosedError, SpawnLimitError
+    from ._gateway.client import GatewayAuthError, GatewayClient
     from ._gateway.server import Gateway
     from ._gateway.spawns import SpawnHandle
+    from ._gateway.views import Upstream
     from ._history import TaskHistory
-    from ._meta_tools import CallRelay, Handled, MetaStats, MetaTools, meta_tool_definitions
+    from ._meta_tools import (
+        CallRelay,
+        Handled,
+        MetaStats,
+        MetaTools,
+        Offload,
+        ToolRouter,
+        Visibility,
+        meta_tool_definitions,
+    )
     from ._planning import ProfileFilter, SpawnPlan, SpawnPlanner, ToolPlan
-    from ._telemetry import Telemetry, setup_telemetry
+    from ._spawnlog import SpawnLog, SpawnLogStore, SpawnRecord
+    from ._store import Store, StoreError, open_store
+    from ._telemetry import CallResult, SearchOutcome, Telemetry, setup_telemetry
+    from ._tokens import TokenCounter
     from .protocols.mcp._catalog import ToolCatalog, ToolEntry
-    from .protocols.mcp._manager import MCPManager
-    from .protocols.mcp._status import ServerState, ServerStatus
+    from .protocols.mcp._manager import Listener, MCPManager
+    from .protocols.mcp._schemas import SchemaLimits
+    from .protocols.mcp._session import LogSink
+    from .protocols.mcp._status import Circuit, DroppedTool, ServerState, ServerStatus
     from .protocols.mcp._transports import TransportFactory
-    from .search._embedding import EmbeddingRuntime
-    from .search._engine import SearchHit, ToolSearchEngine
+    from .search._blend import ScoreBlend
+    from .search._embedding import EmbeddingRuntime, MultilingualEncoder, SemanticScorer, ToolVectors
+    from .search._engine import Ranked, SearchHit, ToolSearchEngine
 
 
 def __getattr__(name: str) -> _Any:

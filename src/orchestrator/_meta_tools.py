@@ -44,6 +44,7 @@ from ._telemetry import Telemetry, telemetry_listener
 from ._tokens import TokenCounter, compact_json
 from .protocols.mcp._catalog import ToolCatalog, ToolEntry
 from .protocols.mcp._schemas import SchemaLimits
+from .protocols.mcp._session import LogSink
 from .search._engine import ToolSearchEngine
 
 __all__ = [
@@ -148,8 +149,6 @@ META_TOOL_DEFINITIONS: tuple[dict[str, Any], ...] = (
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 ResultT = TypeVar("ResultT", bound=types.Result)
-
-LogSink = Callable[[types.LoggingMessageNotificationParams], Awaitable[None]]
 
 
 def meta_tool_definitions() -> list[dict[str, Any]]:

@@ -404,5 +404,3 @@ def _history_listener(history: TaskHistory, task_id: str) -> EventListener:
             history.record(task_id, [event.tool[0]])
 
     return record
-
-

@@ -31,6 +31,7 @@ from .._telemetry import Telemetry
 from ..protocols.mcp._catalog import ToolCatalog
 from ..protocols.mcp._normalization import MIN_NAME_LENGTH
 from ..protocols.mcp._schemas import SchemaLimits
+from ..protocols.mcp._session import LogSink
 from ..protocols.mcp._status import ServerStatus
 from ..search._embedding import EmbeddingRuntime
 from ..search._engine import ToolSearchEngine
@@ -42,7 +43,6 @@ SCOPE_KEY = "orchestrator.spawn"
 None for the gateway's own endpoint; the handlers read it (`handlers.py`)."""
 
 T = TypeVar("T")
-LogSink = Callable[[types.LoggingMessageNotificationParams], Awaitable[None]]
 
 
 class Upstream(Protocol):

@@ -16,7 +16,7 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from .._config import ToolSearchSettings
 from .._errors import ExpandError, SearchQueryError, SemanticUnavailable, ToolNotFoundError
 from .._telemetry import FALLBACK_KINDS, Telemetry
 from ..protocols.mcp._catalog import ToolCatalog, ToolEntry
+from ._blend import ScoreBlend
 from ._lexical import FORM_PREFIX, Analyzer, LexicalIndex
 from ._tuning import BLEND_BM25_K1, LONG_BLEND_SHARE, NAMED_SERVER_BONUS, STEP_STRENGTH_POWER
 
@@ -34,7 +35,6 @@ __all__ = [
     "MAX_QUERY_CHARS",
     "SELECT_PREFIX",
     "Ranked",
-    "ScoreBlend",
     "SearchHit",
     "ToolSearchEngine",
 ]
@@ -125,37 +125,14 @@ class SearchHit:
         return found
 
 
-RankingUsed = Literal["lexical", "hybrid"]
-
-
 @dataclass(frozen=True)
 class Ranked:
     """One search's hits, best first, with the ranking that chose them."""
 
     hits: list[SearchHit]
-    ranking: RankingUsed
+    ranking: Literal["lexical", "hybrid"]
     fallback: str | None = None
     """Why hybrid ranking was asked for and lexical answered (one of telemetry's FALLBACK_KINDS)."""
-
-
-class ScoreBlend(Protocol):
-    """A second ranking opinion blended with BM25: the seam for the optional embedding scorer.
-
-    The engine calls `prepare` once per catalog version (when the lexical index is rebuilt) and `blend`
-    on every ranked query, with BM25 scores for every document (0 where no query term matches) and the
-    ids of the documents sharing a term with the query. It returns scores and candidate ids the same way:
-    only candidates can be returned, so a query with no candidates is a miss. Document ids are positions
-    in `catalog.entries`. Exact-name and `select:` lookups never reach it.
-
-    `blend` fails open: when it raises (`SemanticUnavailable`, whose `kind` is counted, or anything else,
-    counted as `blend_failed`), the engine answers that query with the lexical ranking. Optional
-    members the engine uses when present: `available` (False: report lexical ranking) and
-    `wait_until_ready(timeout)` (see `ToolSearchEngine.warm`).
-    """
-
-    def prepare(self, catalog: ToolCatalog) -> None: ...
-
-    def blend(self, query: str, lexical: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 @dataclass(frozen=True)
@@ -342,7 +319,9 @@ class ToolSearchEngine:
         catalog = state.catalog
         return [catalog.position(entry.name) for entry in catalog.matches(name)]
 
-    def _scores(self, state: _State, query: str) -> tuple[np.ndarray, np.ndarray, RankingUsed, str | None]:
+    def _scores(
+        self, state: _State, query: str
+    ) -> tuple[np.ndarray, np.ndarray, Literal["lexical", "hybrid"], str | None]:
         """Scores for every document, the ids that may be returned, the ranking used and the fallback
         kind: the one place ranking happens. A blend that raises leaves the lexical ranking (fail open).
 

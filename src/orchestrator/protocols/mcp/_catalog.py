@@ -58,35 +58,6 @@ class ToolEntry:
     output_schema: dict[str, Any] | None = field(hash=False)
     annotations: dict[str, Any] | None = field(hash=False)
 
-    @classmethod
-    def from_normalized(cls, tool: NormalizedTool, limit: int = DESCRIPTION_LIMIT) -> ToolEntry:
-        """Read the wire-shaped definition (camelCase keys) without trusting its types or its text.
-
-        Descriptions (the tool's and those inside its schemas) pass through `sanitize_text` here, once,
-        so every path that shows a tool to a model or a terminal shows the same cleaned, capped text.
-        """
-        raw = tool.definition
-        description = sanitize_text(raw.get("description"), limit)
-        schema = raw.get("inputSchema", raw.get("input_schema"))
-        output = raw.get("outputSchema", raw.get("output_schema"))
-        annotations = raw.get("annotations")
-        annotations = dict(annotations) if isinstance(annotations, Mapping) else None
-        title = raw.get("title")
-        if not isinstance(title, str) and annotations is not None:
-            title = annotations.get("title")
-        return cls(
-            name=tool.name,
-            server=tool.server,
-            servers=tool.servers,
-            tool=tool.tool,
-            title=one_line(sanitize_text(title, limit)) or None if isinstance(title, str) else None,
-            description=description,
-            summary=one_line(description),
-            input_schema=sanitize_schema(dict(schema), limit) if isinstance(schema, Mapping) else dict(_EMPTY_SCHEMA),
-            output_schema=sanitize_schema(dict(output), limit) if isinstance(output, Mapping) else None,
-            annotations=annotations,
-        )
-
     def definition(self) -> dict[str, Any]:
         """The definition as sent to a model: qualified name, description, input schema."""
         return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
@@ -140,7 +111,7 @@ class ToolCatalog:
         within each replica group (`replicas`: server -> group; see `normalize`), texts sanitized and cut
         at `description_limit` characters (`mcp.max_description_chars`)."""
         tools = normalize(tools_by_server, replicas)
-        return cls(ToolEntry.from_normalized(tool, description_limit) for tool in tools)
+        return cls(_entry(tool, description_limit) for tool in tools)
 
     @classmethod
     def from_snapshot(cls, path: str | Path, *, description_limit: int = DESCRIPTION_LIMIT) -> ToolCatalog:
@@ -208,6 +179,35 @@ class ToolCatalog:
 
 
 # ---------------------------------------------------------------------- snapshots
+
+
+def _entry(tool: NormalizedTool, limit: int = DESCRIPTION_LIMIT) -> ToolEntry:
+    """Read the wire-shaped definition (camelCase keys) without trusting its types or its text.
+
+    Descriptions (the tool's and those inside its schemas) pass through `sanitize_text` here, once,
+    so every path that shows a tool to a model or a terminal shows the same cleaned, capped text.
+    """
+    raw = tool.definition
+    description = sanitize_text(raw.get("description"), limit)
+    schema = raw.get("inputSchema", raw.get("input_schema"))
+    output = raw.get("outputSchema", raw.get("output_schema"))
+    annotations = raw.get("annotations")
+    annotations = dict(annotations) if isinstance(annotations, Mapping) else None
+    title = raw.get("title")
+    if not isinstance(title, str) and annotations is not None:
+        title = annotations.get("title")
+    return ToolEntry(
+        name=tool.name,
+        server=tool.server,
+        servers=tool.servers,
+        tool=tool.tool,
+        title=one_line(sanitize_text(title, limit)) or None if isinstance(title, str) else None,
+        description=description,
+        summary=one_line(description),
+        input_schema=sanitize_schema(dict(schema), limit) if isinstance(schema, Mapping) else dict(_EMPTY_SCHEMA),
+        output_schema=sanitize_schema(dict(output), limit) if isinstance(output, Mapping) else None,
+        annotations=annotations,
+    )
 
 
 def read_snapshot(path: str | Path) -> dict[str, list[dict[str, Any]]]:

@@ -41,9 +41,9 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from mcp_types import methods as wire_methods
 from pydantic import ValidationError
 
-from ..._version import __version__
 from ..._config import ServerConfig
 from ..._errors import ServerError, ToolCallTimeout, ToolExecutionError, TransportError
+from ..._version import __version__
 from ._normalization import one_line
 from ._schemas import SchemaLimits, tool_problem
 from ._status import ERROR_LIMIT, DroppedTool

@@ -27,12 +27,21 @@ from typing import TYPE_CHECKING, Any
 from ..._errors import SemanticUnavailable
 from .blend import HybridBlend
 from .model import EXTRA_MODULES, SemanticScorer
+from .multilingual import MultilingualEncoder
 from .vectors import ToolVectors
 
 if TYPE_CHECKING:
     from ..._config import Settings, ToolSearchSettings
+    from .._blend import ScoreBlend
 
-__all__ = ["EmbeddingRuntime", "HybridBlend", "SemanticScorer", "SemanticUnavailable", "ToolVectors"]
+__all__ = [
+    "EmbeddingRuntime",
+    "HybridBlend",
+    "MultilingualEncoder",
+    "SemanticScorer",
+    "SemanticUnavailable",
+    "ToolVectors",
+]
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +98,7 @@ class EmbeddingRuntime:
 
     # ------------------------------------------------------------------ the engine's blend
 
-    def create_blend(self, search_settings: ToolSearchSettings) -> HybridBlend | None:
+    def create_blend(self, search_settings: ToolSearchSettings) -> ScoreBlend | None:
         """The hybrid ScoreBlend for `search_settings.ranking` (what `ToolSearchEngine` calls for hybrid).
         Cheap: nothing is loaded here; the model loads on the first ranked search.
 
