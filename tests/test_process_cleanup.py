@@ -88,11 +88,13 @@ async def wait_gone(pids: set[int], within_s: float) -> None:
 
 @pytest.mark.anyio
 async def test_closing_the_manager_ends_a_child_in_a_new_session_too_within_the_stop_bound(tmp_path: Path) -> None:
+    before = set(descendants(os.getpid()))  # other tests' servers (session fixtures) are this process's too
     async with MCPManager(MCPSettings(cache_dir=tmp_path, servers={"esc": escaping(tmp_path)})) as manager:
         assert manager.status()[0].state is ServerState.READY
         [pids] = starts(tmp_path)
         assert alive(pids) == sorted(pids.values())
-        below = set(descendants(os.getpid()))
+        below = set(descendants(os.getpid())) - before
+        assert len(below) == 4  # the keeper, the server and its two children
         assert set(pids.values()) <= below  # the daemonized child was handed to the keeper, not to init
         started = time.perf_counter()
     stop_s = time.perf_counter() - started
