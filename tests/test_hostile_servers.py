@@ -281,13 +281,13 @@ async def test_a_child_the_server_leaves_behind_is_ended_with_it_on_restart_and_
     before = _live_descendants(os.getpid())
     async with MCPManager(settings(tmp_path, h=hostile("--grandchild"))) as manager:
         first = _live_descendants(os.getpid()) - before
-        assert len(first) == 2  # the server and its `sleep 300`
+        assert len(first) == 3  # the keeper, the server and its `sleep 300`
         with anyio.fail_after(5), pytest.raises(TransportError):
             await manager.call_tool("h", "crash", {})
         await manager.wait_for_state("h", ServerState.READY, timeout=10)
         assert not [pid for pid in first if _alive(pid)]  # the crashed server's child went with it
         second = _live_descendants(os.getpid()) - before
-        assert len(second) == 2
+        assert len(second) == 3
     assert not [pid for pid in second if _alive(pid)]  # the server exits on stdin EOF; its child is ended too
 
 

@@ -153,8 +153,8 @@ class MCPManager:
         task_group, self._task_group = self._task_group, None
         task_group.cancel_scope.cancel()
         try:
-            # The SDK's stdio shutdown is shielded: each child gets its stdin closed, then SIGTERM and
-            # SIGKILL to its process group if it lingers, all concurrently, even while we are cancelled.
+            # Each stdio server's shutdown is shielded: its stdin is closed, then everything it started gets
+            # SIGTERM and SIGKILL (_transports, _processes), all concurrently, even while we are cancelled.
             # The body's own exception is not handed to the task group, which would wrap it in an
             # ExceptionGroup; it propagates unchanged once the children are gone.
             await task_group.__aexit__(None, None, None)

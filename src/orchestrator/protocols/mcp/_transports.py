@@ -15,7 +15,8 @@ because a real server's stdout is not always clean and the SDK's reader is not b
   deeply nested schema into "non-MCP output"; here such a line is parsed again with the standard
   library, so the listing arrives and the one tool is dropped with its reason;
 - it ends a server's process group only when the server itself lingers, so a child a server leaves
-  behind outlives it; here the whole group is ended every time a server stops.
+  behind outlives it; here every process the server started is ended every time a server stops, and
+  with the orchestrator when it dies (`_processes`: a keeper per server on Linux, the group elsewhere).
 
 The messages themselves still go through the SDK's client and session unchanged. Tests hand the manager
 another factory, for example one that returns the SDK's in-memory transport to an in-process server.
@@ -45,6 +46,7 @@ from pydantic import ValidationError
 
 from ..._config import ServerConfig
 from ._normalization import one_line
+from ._processes import ServerProcess, exited, open_server_process
 
 __all__ = [
     "HTTP_CONNECT_TIMEOUT_S",
@@ -65,13 +67,11 @@ SSE_READ_TIMEOUT_S = 3600.0
 PROCESS_EXIT_TIMEOUT_S = 2.0
 """Grace for a stdio server to exit by itself once its stdin is closed (the MCP shutdown sequence)."""
 GROUP_KILL_TIMEOUT_S = 2.0
-"""Between SIGTERM and SIGKILL to a server's process group."""
+"""Between SIGTERM and SIGKILL to the processes a server started (its keeper's grace on Linux)."""
 REAP_TIMEOUT_S = 2.0
 """For the event loop to see a killed server exit; only an unkillable process runs this out."""
 WRITER_FLUSH_TIMEOUT_S = 0.5
 """For messages already accepted to reach the server's stdin before it is closed."""
-EXIT_POLL_S = 0.01
-"""How often the exit of a stopping server is checked."""
 READ_CHUNK_BYTES = 65536
 """One read from the server's stdout."""
 HEAD_BYTES = 4096
@@ -120,24 +120,28 @@ def default_transport(name: str, config: ServerConfig, errlog: IO[str] | None) -
 
 @contextlib.asynccontextmanager
 async def stdio_transport(config: ServerConfig, errlog: IO[str] | None) -> AsyncIterator[tuple[Any, Any]]:
-    """Start the server as a child in its own session and process group; exchange JSON-RPC lines with it.
+    """Start the server in its own session (under its keeper on Linux); exchange JSON-RPC lines with it.
 
     On exit (shielded from cancellation): stdin is closed, the server gets `PROCESS_EXIT_TIMEOUT_S` to
-    exit, then its whole process group gets SIGTERM and, `GROUP_KILL_TIMEOUT_S` later, SIGKILL; the group
-    is ended even when the server exited by itself, so children it left behind go with it.
+    exit, then every process it started gets SIGTERM and, `GROUP_KILL_TIMEOUT_S` later, SIGKILL: on Linux
+    all of them, whatever their session or process group (the keeper does it, also if orchestrator dies);
+    elsewhere its process group. This happens even when the server exited by itself, so children it
+    left behind go with it.
     """
-    process = await anyio.open_process(
+    server = await open_server_process(
         [config.launch_command(), *config.args],
         env={**os.environ, **config.env},
         cwd=config.cwd,
         stderr=errlog if errlog is not None else sys.stderr,
-        start_new_session=True,
+        grace_s=GROUP_KILL_TIMEOUT_S,
     )
+    process = server.process
     # No await between the spawn and the `try`: a cancellation in that gap would leak the process.
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
     writer_done = anyio.Event()
     try:
+        await server.started()  # OSError when the command itself cannot be started
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_read_stdout, process, read_writer, config.max_message_bytes)
             tasks.start_soon(_write_stdin, process, write_reader, read_writer, writer_done)
@@ -149,12 +153,13 @@ async def stdio_transport(config: ServerConfig, errlog: IO[str] | None) -> Async
                     write_stream.close()
                     with anyio.move_on_after(WRITER_FLUSH_TIMEOUT_S):
                         await writer_done.wait()
-                    await _stop(process)
+                    await _stop(server)
                 tasks.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
+            server.close()
             if process.returncode is None:  # the task group never started: still end the process
-                await _stop(process)
+                await _stop(server)
             for stream in (read_stream, write_stream, read_writer, write_reader):
                 await stream.aclose()
             _close_pipes(process)
@@ -203,29 +208,15 @@ async def _write_stdin(
         done.set()
 
 
-async def _stop(process: anyio.abc.Process) -> None:
-    """The MCP shutdown sequence, then the end of the server's whole process group."""
-    from mcp.os.posix.utilities import terminate_posix_process_tree
-
+async def _stop(server: ServerProcess) -> None:
+    """The MCP shutdown sequence, then the end of every process the server started."""
+    process = server.process
     if process.stdin is not None:
         with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
             await process.stdin.aclose()
-    await _exited(process, PROCESS_EXIT_TIMEOUT_S)
-    # The server's pid is its group id (start_new_session); the group outlives it while a child it left
-    # behind is alive, and ESRCH tells us the group is already empty.
-    await terminate_posix_process_tree(process, GROUP_KILL_TIMEOUT_S)
-    await _exited(process, REAP_TIMEOUT_S)
-
-
-async def _exited(process: anyio.abc.Process, within_s: float) -> bool:
-    """Whether the server exited within `within_s`; polls `returncode` (`wait()` also waits for pipe EOF,
-    which a surviving child holding the pipe would delay)."""
-    deadline = anyio.current_time() + within_s
-    while process.returncode is None:
-        if anyio.current_time() >= deadline:
-            return False
-        await anyio.sleep(EXIT_POLL_S)
-    return True
+    await exited(process, PROCESS_EXIT_TIMEOUT_S)
+    await server.end(GROUP_KILL_TIMEOUT_S)
+    await exited(process, REAP_TIMEOUT_S)
 
 
 def _close_pipes(process: anyio.abc.Process) -> None:
