@@ -26,7 +26,7 @@ from rank_bm25 import BM25Okapi
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from orchestrator.protocols.mcp._catalog import ToolCatalog, ToolEntry  # noqa: E402
+from orchestrator import ToolCatalog, ToolEntry  # noqa: E402
 
 DATA = Path(os.environ.get("ORCHESTRATOR_SHARED_DATA", REPO.parent / "shared" / "data"))
 CATALOGS = DATA / "catalogs"

@@ -64,12 +64,18 @@ from _common import (
     table,
     verdict,
 )
-from orchestrator import Gateway
-from orchestrator._config import GatewaySettings, MCPSettings, ServerConfig, Settings
-from orchestrator._history import TaskHistory
-from orchestrator._telemetry import SEARCH_INVOCATIONS, Telemetry
-from orchestrator.protocols.mcp._manager import MCPManager
-from orchestrator.search._embedding import EmbeddingRuntime
+from orchestrator import (
+    EmbeddingRuntime,
+    Gateway,
+    GatewaySettings,
+    MCPManager,
+    MCPSettings,
+    ServerConfig,
+    Settings,
+    TaskHistory,
+    Telemetry,
+)
+from orchestrator._telemetry import SEARCH_INVOCATIONS
 
 SCRIPT = Path(__file__).resolve()
 HERE = SCRIPT.parent

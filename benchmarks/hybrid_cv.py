@@ -21,9 +21,7 @@ import numpy as np
 import platformdirs
 
 from _common import add_results_flag, run_recorded, table
-from orchestrator._config import ToolSearchSettings
-from orchestrator.search._embedding.model import SemanticScorer
-from orchestrator.search._embedding.vectors import ToolVectors
+from orchestrator import SemanticScorer, ToolSearchSettings, ToolVectors
 from orchestrator.search._tuning import BLEND_BM25_K1, MULTILINGUAL_SHARE
 from semantic_probe import Scored, at_share, report, score_set, with_blend_k1
 

@@ -23,9 +23,8 @@ import numpy as np
 import platformdirs
 
 from _common import add_results_flag, run_recorded
-from orchestrator.search._embedding.model import SemanticScorer
+from orchestrator import SemanticScorer, ToolVectors
 from orchestrator.search._embedding.rules import admitted, blend, entry_text, query_sentences
-from orchestrator.search._embedding.vectors import ToolVectors
 from orchestrator.search._evaluation import MRR_DEPTH, EvalReport, evaluate_rankings
 from orchestrator.search._lexical import LexicalIndex
 from semantic_probe import Scored, score_set

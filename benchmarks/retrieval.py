@@ -49,8 +49,15 @@ from _common import (
     run_recorded,
     table,
 )
-from orchestrator import EmbeddingRuntime, Settings, Telemetry, ToolCatalog, ToolSearchEngine, ToolSearchSettings
-from orchestrator._errors import SearchQueryError
+from orchestrator import (
+    EmbeddingRuntime,
+    SearchQueryError,
+    Settings,
+    Telemetry,
+    ToolCatalog,
+    ToolSearchEngine,
+    ToolSearchSettings,
+)
 from orchestrator.protocols.mcp._catalog import read_snapshot
 from orchestrator.search import _lexical as ranking
 from orchestrator.search._engine import MAX_QUERY_CHARS

@@ -31,11 +31,9 @@ import numpy as np
 import platformdirs
 
 from _common import CATALOGS, RETRIEVAL, SETS, add_results_flag, run_recorded, table
-from orchestrator._config import ToolSearchSettings
-from orchestrator.protocols.mcp._catalog import ToolCatalog
-from orchestrator.search._embedding.model import MINILM_DIMENSION, SemanticScorer
+from orchestrator import SemanticScorer, ToolCatalog, ToolSearchSettings, ToolVectors
+from orchestrator.search._embedding.model import MINILM_DIMENSION
 from orchestrator.search._embedding.rules import admitted, blend, entry_text, query_sentences
-from orchestrator.search._embedding.vectors import ToolVectors
 from orchestrator.search._engine import LONG_QUERY_CHARS, MAX_QUERY_CHARS
 from orchestrator.search._evaluation import MRR_DEPTH, EvalQuery, EvalReport, evaluate_rankings, load_queries
 from orchestrator.search._lexical import LexicalIndex

@@ -267,11 +267,10 @@ def hybrid_speed(texts: list[str]) -> list[tuple[str, bool]]:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    from orchestrator import EmbeddingRuntime, Telemetry
+    from orchestrator import EmbeddingRuntime, SemanticScorer, Telemetry, ToolVectors
     from orchestrator._telemetry import SEARCH_INVOCATIONS
-    from orchestrator.search._embedding.model import EMBED_WORKERS, MAX_TOKENS, SemanticScorer
+    from orchestrator.search._embedding.model import EMBED_WORKERS, MAX_TOKENS
     from orchestrator.search._embedding.rules import entry_text
-    from orchestrator.search._embedding.vectors import ToolVectors
 
     print(f"\nHybrid ranking (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; other work shares them)")
     started = time.perf_counter()

@@ -16,8 +16,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from orchestrator import MetaEvent, MetaTools, RankedTool, SearchEvent, Telemetry, ToolSearchEngine
-from orchestrator._config import ServerConfig
+from orchestrator import MetaEvent, MetaTools, RankedTool, SearchEvent, ServerConfig, Telemetry, ToolSearchEngine
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TESTS_DIR = Path(__file__).resolve().parent

@@ -24,27 +24,29 @@ from mcp.client._memory import InMemoryTransport  # the SDK's in-memory transpor
 from mcp.client.streamable_http import streamable_http_client
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from orchestrator import Gateway, Telemetry
+from orchestrator import (
+    Action,
+    AgentProfile,
+    ConfigError,
+    Gateway,
+    MCPManager,
+    ServerConfig,
+    SessionBasis,
+    Settings,
+    SpawnLog,
+    SpawnRecord,
+    Telemetry,
+)
 from orchestrator._accounting import (
     BATCH_GAP_S,
     DEFAULT_SEARCH_RESULT_TOKENS,
     MAX_RECORDED_ACTIONS,
-    Action,
-    SessionBasis,
     SessionRecorder,
     break_even,
     session_cost,
 )
-from orchestrator._config import AgentProfile, ServerConfig, Settings, ToolSearchOverrides
-from orchestrator._errors import ConfigError
-from orchestrator._spawnlog import (
-    FileSpawnLogStore,
-    SpawnLog,
-    SpawnRecord,
-    StoreSpawnLogStore,
-    read_spawn_log,
-    spawn_log_store,
-)
+from orchestrator._config import ToolSearchOverrides
+from orchestrator._spawnlog import FileSpawnLogStore, StoreSpawnLogStore, read_spawn_log, spawn_log_store
 from orchestrator._store import FileStore
 from orchestrator._telemetry.instruments import (
     SESSION_ACTIONS,
@@ -52,7 +54,6 @@ from orchestrator._telemetry.instruments import (
     SESSION_TOKENS_COUNTERFACTUAL,
     SESSION_TOKENS_SENT,
 )
-from orchestrator.protocols.mcp._manager import MCPManager
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "servers"))
 from basic import build

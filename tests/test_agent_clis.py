@@ -29,10 +29,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from orchestrator import ToolCatalog, render_tools
 from orchestrator._cli import app
-from orchestrator._formats import render_tools
 from orchestrator._tokens import compact_json, count_tokens
-from orchestrator.protocols.mcp._catalog import ToolCatalog
 
 from .conftest import server_script
 from .interop.harness import (

@@ -8,10 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from orchestrator._config import MCPSettings
-from orchestrator._errors import CatalogError
-from orchestrator.protocols.mcp._catalog import ToolCatalog
-from orchestrator.protocols.mcp._manager import MCPManager
+from orchestrator import CatalogError, MCPManager, MCPSettings, ToolCatalog
 
 from .conftest import stdio_server_config
 

@@ -14,10 +14,9 @@ import anyio
 import pytest
 from typer.testing import CliRunner
 
+from orchestrator import OrchestratorError, TelemetrySettings
 from orchestrator._cli import app
 from orchestrator._cli.metrics import default_url, scrape, summarize
-from orchestrator._config import TelemetrySettings
-from orchestrator._errors import OrchestratorError
 from orchestrator._telemetry import telemetry_session
 
 runner = CliRunner()

@@ -36,10 +36,19 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from orchestrator import Gateway, SpawnPlanner
+from orchestrator import (
+    AgentProfile,
+    ConfigError,
+    Gateway,
+    MCPManager,
+    OrchestratorError,
+    ServerConfig,
+    Settings,
+    SpawnPlanner,
+    ToolCatalog,
+    render_tools,
+)
 from orchestrator._clients import client_kind
-from orchestrator._config import AgentProfile, ServerConfig, Settings
-from orchestrator._errors import ConfigError, OrchestratorError
 from orchestrator._formats import (
     ANTHROPIC_DESCRIPTION_LIMIT,
     OPENAI_DESCRIPTION_LIMIT,
@@ -47,13 +56,11 @@ from orchestrator._formats import (
     TOP_LEVEL_FORBIDDEN,
     ClientNames,
     provider_schema,
-    render_tools,
     to_anthropic,
     to_openai,
 )
 from orchestrator._launch import fill_command
-from orchestrator.protocols.mcp._catalog import ToolCatalog, read_snapshot
-from orchestrator.protocols.mcp._manager import MCPManager
+from orchestrator.protocols.mcp._catalog import read_snapshot
 
 from .conftest import server_script, stdio_server_config
 

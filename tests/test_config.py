@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator import Settings, TaskHistory
+from orchestrator import ConfigError, Settings, TaskHistory, load_config, load_settings
 from orchestrator._cli import app
-from orchestrator._config import effective_values, load_config, load_settings
-from orchestrator._errors import ConfigError
+from orchestrator._config import effective_values
 
 from .conftest import REPO_ROOT
 

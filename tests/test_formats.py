@@ -5,17 +5,15 @@ from __future__ import annotations
 import mcp.types as types
 import pytest
 
-from orchestrator._errors import OrchestratorError
+from orchestrator import OrchestratorError, ToolCatalog, render_tools
 from orchestrator._formats import (
     ANTHROPIC_DESCRIPTION_LIMIT,
     OPENAI_DESCRIPTION_LIMIT,
     clip_description,
-    render_tools,
     to_anthropic,
     to_mcp_tool,
     to_openai,
 )
-from orchestrator.protocols.mcp._catalog import ToolCatalog
 
 SCHEMA = {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]}
 DEFINITION = {"name": "time__get_current_time", "description": "Current time in a timezone.", "input_schema": SCHEMA}

@@ -23,13 +23,22 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from orchestrator import Gateway, GatewayClient, Telemetry
-from orchestrator._config import AgentProfile, GatewaySettings, ServerConfig, Settings, ToolSearchOverrides
-from orchestrator._errors import ConfigError, OrchestratorError
+from orchestrator import (
+    AgentProfile,
+    ConfigError,
+    Gateway,
+    GatewayAuthError,
+    GatewayClient,
+    GatewaySettings,
+    MCPManager,
+    OrchestratorError,
+    ServerConfig,
+    Settings,
+    Telemetry,
+)
+from orchestrator._config import ToolSearchOverrides
 from orchestrator._gateway.addresses import check_bind, is_loopback, mcp_config
-from orchestrator._gateway.client import GatewayAuthError
 from orchestrator._tokens import count_definition_tokens
-from orchestrator.protocols.mcp._manager import MCPManager
 
 from .conftest import stdio_server_config
 

@@ -30,9 +30,8 @@ import yaml
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from orchestrator import GatewayClient
-from orchestrator._history import TaskHistory
-from orchestrator._store import FileStore, MemoryStore, RedisStore, Store, StoreError
+from orchestrator import GatewayClient, Store, StoreError, TaskHistory
+from orchestrator._store import FileStore, MemoryStore, RedisStore
 
 pytestmark = pytest.mark.anyio
 

@@ -26,22 +26,24 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from orchestrator import Gateway, GatewayClient
-from orchestrator._config import (
+from orchestrator import (
     AgentProfile,
+    ConfigError,
+    Credentials,
+    Gateway,
+    GatewayAuthError,
+    GatewayClient,
     GatewaySettings,
     LoadedConfig,
+    MCPManager,
+    OrchestratorError,
     ServerConfig,
     Settings,
-    ToolSearchOverrides,
-    effective_values,
 )
-from orchestrator._errors import ConfigError, OrchestratorError
-from orchestrator._gateway.auth import AUDIENCE, Credentials, RuntimeFile
-from orchestrator._gateway.client import GatewayAuthError
+from orchestrator._config import ToolSearchOverrides, effective_values
+from orchestrator._gateway.auth import AUDIENCE, RuntimeFile
 from orchestrator._launch import spawn_agent
 from orchestrator._meta_tools import NAME_ECHO_CHARS, SEARCH_LIMIT_MAX
-from orchestrator.protocols.mcp._manager import MCPManager
 
 from .conftest import stdio_server_config
 

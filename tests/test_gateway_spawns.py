@@ -16,10 +16,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from orchestrator import Gateway
-from orchestrator._config import AgentProfile, GatewaySettings, ServerConfig, Settings, ToolSearchOverrides
+from orchestrator import AgentProfile, Gateway, GatewaySettings, MCPManager, ServerConfig, Settings
+from orchestrator._config import ToolSearchOverrides
 from orchestrator._launch import SpawnSummary, spawn_agent
-from orchestrator.protocols.mcp._manager import MCPManager
 
 AGENTS = Path(__file__).resolve().parent / "agents"
 CONCURRENT_SPAWNS = 20

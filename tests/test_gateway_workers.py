@@ -23,20 +23,20 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from orchestrator import Gateway
-from orchestrator._config import (
+from orchestrator import (
     AgentProfile,
+    EmbeddingRuntime,
+    Gateway,
     GatewaySettings,
+    MCPManager,
     ServerConfig,
     Settings,
-    ToolSearchOverrides,
+    TaskHistory,
+    ToolCatalog,
     ToolSearchSettings,
 )
-from orchestrator._history import TaskHistory
+from orchestrator._config import ToolSearchOverrides
 from orchestrator._planning import task_key
-from orchestrator.protocols.mcp._catalog import ToolCatalog
-from orchestrator.protocols.mcp._manager import MCPManager
-from orchestrator.search._embedding import EmbeddingRuntime
 
 HELD_LIMIT_S = 30.0
 # A held search gives up after this long (it fails the test instead of hanging the worker thread).

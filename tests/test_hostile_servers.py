@@ -24,11 +24,19 @@ import anyio
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from orchestrator import Telemetry
-from orchestrator._config import MCPSettings, ServerConfig
-from orchestrator._errors import ServerError, ToolCallTimeout, ToolExecutionError, TransportError
-from orchestrator.protocols.mcp._manager import MCPManager, ServerState
-from orchestrator.protocols.mcp._status import Circuit, DroppedTool
+from orchestrator import (
+    Circuit,
+    DroppedTool,
+    MCPManager,
+    MCPSettings,
+    ServerConfig,
+    ServerError,
+    ServerState,
+    Telemetry,
+    ToolCallTimeout,
+    ToolExecutionError,
+    TransportError,
+)
 
 from .conftest import _read_port, server_script, stdio_server_config
 from .test_manager import _alive, _live_descendants

@@ -29,6 +29,7 @@ from orchestrator import (
     EmbeddingRuntime,
     Gateway,
     MCPManager,
+    SemanticScorer,
     ServerConfig,
     Settings,
     Telemetry,
@@ -39,7 +40,7 @@ from orchestrator import (
 from orchestrator._telemetry import SEARCH_INVOCATIONS
 from orchestrator.search import _embedding as embedding
 from orchestrator.search._embedding import blend as blend_module
-from orchestrator.search._embedding.model import EXTRA_MODULES, MODEL_SHA256, SemanticScorer
+from orchestrator.search._embedding.model import EXTRA_MODULES, MODEL_SHA256
 from orchestrator.search._embedding.rules import entry_text
 from orchestrator.search._embedding.store import CACHE_NAME
 

@@ -20,9 +20,17 @@ from pathlib import Path
 import anyio
 import pytest
 
-from orchestrator._config import MCPSettings, ServerConfig, Settings
-from orchestrator._errors import ServerError, ToolCallTimeout, ToolExecutionError, TransportError
-from orchestrator.protocols.mcp._manager import MCPManager, ServerState
+from orchestrator import (
+    MCPManager,
+    MCPSettings,
+    ServerConfig,
+    ServerError,
+    ServerState,
+    Settings,
+    ToolCallTimeout,
+    ToolExecutionError,
+    TransportError,
+)
 
 from .conftest import REPO_ROOT, stdio_server_config
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator._config import ServerConfig
+from orchestrator import ServerConfig
 from orchestrator.protocols.mcp._cache import CACHE_FORMAT, ToolListCache, config_key, default_cache_dir
 
 TOOLS = [{"name": "echo", "description": "Echo.", "inputSchema": {"type": "object"}}]

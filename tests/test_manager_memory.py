@@ -17,8 +17,15 @@ from mcp.client import Transport
 from mcp.client._memory import InMemoryTransport  # the SDK's in-memory transport (used by mcp.Client)
 from mcp.server import MCPServer
 
-from orchestrator import MCPManager, MetaTools, ServerConfig, ServerState, ToolExecutionError, ToolSearchEngine
-from orchestrator._config import MCPSettings
+from orchestrator import (
+    MCPManager,
+    MCPSettings,
+    MetaTools,
+    ServerConfig,
+    ServerState,
+    ToolExecutionError,
+    ToolSearchEngine,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "servers"))
 from basic import build

@@ -13,18 +13,19 @@ from typing import Any
 import mcp.types as types
 import pytest
 
-from orchestrator import Caller, ProfileFilter, ToolSearchEngine
-from orchestrator._config import ServerConfig, Settings, ToolSearchSettings
-from orchestrator._meta_tools import (
-    CALL_TOOL,
-    EXPAND_TOOLS,
-    TOOL_SEARCH,
+from orchestrator import (
+    Caller,
+    MCPManager,
     MetaTools,
-    error_kind,
+    ProfileFilter,
+    SchemaLimits,
+    ServerConfig,
+    Settings,
+    ToolSearchEngine,
+    ToolSearchSettings,
     meta_tool_definitions,
 )
-from orchestrator.protocols.mcp._manager import MCPManager
-from orchestrator.protocols.mcp._schemas import SchemaLimits
+from orchestrator._meta_tools import CALL_TOOL, EXPAND_TOOLS, TOOL_SEARCH, error_kind
 
 from .conftest import stdio_server_config
 

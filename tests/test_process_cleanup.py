@@ -26,10 +26,8 @@ import anyio.to_thread
 import pytest
 import yaml
 
-from orchestrator._config import MCPSettings, ServerConfig
-from orchestrator._errors import TransportError
+from orchestrator import MCPManager, MCPSettings, ServerConfig, ServerState, TransportError
 from orchestrator.protocols.mcp._keeper import descendants
-from orchestrator.protocols.mcp._manager import MCPManager, ServerState
 from orchestrator.protocols.mcp._processes import KEEPER_SCRIPT, keeper_usable
 from orchestrator.protocols.mcp._transports import GROUP_KILL_TIMEOUT_S, PROCESS_EXIT_TIMEOUT_S
 

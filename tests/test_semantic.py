@@ -21,14 +21,18 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from orchestrator import (
     ConfigError,
     EmbeddingRuntime,
+    MultilingualEncoder,
+    OrchestratorError,
+    SemanticScorer,
+    SemanticUnavailable,
     Settings,
     Telemetry,
     ToolCatalog,
     ToolSearchEngine,
     ToolSearchSettings,
+    ToolVectors,
     load_config,
 )
-from orchestrator._errors import OrchestratorError, SemanticUnavailable
 from orchestrator._telemetry import FALLBACK_KINDS, SEARCH_INVOCATIONS
 from orchestrator.search._embedding import model as model_module
 from orchestrator.search._embedding import rules, store
@@ -38,11 +42,9 @@ from orchestrator.search._embedding.model import (
     MAX_TOKENS,
     MINILM_DIMENSION,
     MULTILINGUAL_SHARE,
-    SemanticScorer,
 )
-from orchestrator.search._embedding.multilingual import MULTILINGUAL_SHA256, MultilingualEncoder
+from orchestrator.search._embedding.multilingual import MULTILINGUAL_SHA256
 from orchestrator.search._embedding.rules import admitted, blend, query_sentences, tool_text
-from orchestrator.search._embedding.vectors import ToolVectors
 from orchestrator.search._lexical import split_words
 
 from .conftest import agent_search

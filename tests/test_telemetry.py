@@ -29,8 +29,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator._config import Settings, TelemetrySettings
-from orchestrator._errors import ConfigError
+from orchestrator import ConfigError, Settings, Telemetry, TelemetrySettings, setup_telemetry
 from orchestrator._telemetry import (
     CATALOG_TOKENS,
     CATALOG_TOOLS,
@@ -45,8 +44,6 @@ from orchestrator._telemetry import (
     SPAWN_TOKENS_SENT,
     SPAWNS,
     TOOL_CALLS,
-    Telemetry,
-    setup_telemetry,
     telemetry_session,
 )
 
@@ -224,8 +221,7 @@ def test_searches_through_the_meta_tools_are_counted_once_without_the_query(
 async def test_calls_through_the_real_manager_are_counted_by_result(
     reader: InMemoryMetricReader, telemetry: Telemetry
 ) -> None:
-    from orchestrator._errors import ToolExecutionError
-    from orchestrator.protocols.mcp._manager import MCPManager
+    from orchestrator import MCPManager, ToolExecutionError
 
     from .conftest import TESTS_DIR
 

@@ -7,14 +7,8 @@ import json
 import pytest
 import tiktoken
 
-from orchestrator._errors import TokenizerError
-from orchestrator._tokens import (
-    TokenCounter,
-    compact_json,
-    count_definition_tokens,
-    count_tokens,
-    load_encoding,
-)
+from orchestrator import TokenCounter, TokenizerError
+from orchestrator._tokens import compact_json, count_definition_tokens, count_tokens, load_encoding
 
 DEFINITION = {
     "name": "time__get_current_time",

@@ -9,20 +9,19 @@ import numpy as np
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from orchestrator import MetaTools, Telemetry
-from orchestrator._config import ToolSearchSettings
-from orchestrator._errors import ExpandError, SearchQueryError, ToolNotFoundError
-from orchestrator._telemetry import SEARCH_INVOCATIONS
-from orchestrator.protocols.mcp._catalog import ToolCatalog
-from orchestrator.search._engine import (
-    LONG_QUERY_CHARS,
-    MAX_QUERY_CHARS,
-    MAX_STEPS,
-    STEP_WORDS,
+from orchestrator import (
+    ExpandError,
+    MetaTools,
     SearchHit,
+    SearchQueryError,
+    Telemetry,
+    ToolCatalog,
+    ToolNotFoundError,
     ToolSearchEngine,
-    request_steps,
+    ToolSearchSettings,
 )
+from orchestrator._telemetry import SEARCH_INVOCATIONS
+from orchestrator.search._engine import LONG_QUERY_CHARS, MAX_QUERY_CHARS, MAX_STEPS, STEP_WORDS, request_steps
 from orchestrator.search._evaluation import evaluate, load_queries
 from orchestrator.search._lexical import (
     Analyzer,

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator._errors import CatalogError
-from orchestrator.protocols.mcp._catalog import ToolCatalog
+from orchestrator import CatalogError, ToolCatalog
 from orchestrator.search._evaluation import EvalQuery, evaluate_rankings, load_queries
 
 CATALOG = ToolCatalog.from_lists({"s": [{"name": name} for name in ("a", "b", "c", "d", "e", "f")]})

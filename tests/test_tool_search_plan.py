@@ -6,13 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator._config import ToolSearchSettings
+from orchestrator import TokenizerError, ToolCatalog, ToolSearchSettings
 from orchestrator._directory import DIRECTORY_HEADER
-from orchestrator._errors import TokenizerError
 from orchestrator._meta_tools import META_TOOL_DEFINITIONS
 from orchestrator._planning import plan_tools
 from orchestrator._tokens import count_definition_tokens, count_tokens
-from orchestrator.protocols.mcp._catalog import ToolCatalog
 
 from .test_tool_search import TOOLS
 

@@ -17,13 +17,22 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from orchestrator._accounting import Action, Batches, SessionBasis, break_even, session_cost
+from orchestrator import (
+    Action,
+    Batches,
+    ProfileFilter,
+    SessionBasis,
+    Settings,
+    SpawnLog,
+    SpawnPlanner,
+    SpawnRecord,
+    ToolCatalog,
+)
+from orchestrator._accounting import break_even, session_cost
 from orchestrator._cli import app
 from orchestrator._cli.tune import MIN_SESSIONS, THRESHOLD_STEP
-from orchestrator._config import Settings
-from orchestrator._planning import ProfileFilter, SpawnPlanner, effective_tool_search
-from orchestrator._spawnlog import FileSpawnLogStore, SpawnLog, SpawnRecord
-from orchestrator.protocols.mcp._catalog import ToolCatalog
+from orchestrator._planning import effective_tool_search
+from orchestrator._spawnlog import FileSpawnLogStore
 
 BIG_TOOLS = 60
 """A catalog of about 6.5k tokens: each habit's break-even falls on its own side of its size."""
