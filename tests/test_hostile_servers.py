@@ -311,7 +311,11 @@ def _free_port() -> int:
 def _start_http(port: int) -> subprocess.Popen[str]:
     command = [sys.executable, server_script("basic.py"), "--transport", "streamable-http", "--port", str(port)]
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
-    _read_port(process, command)
+    try:
+        _read_port(process, command)
+    except BaseException:
+        _stop_http(process)
+        raise
     return process
 
 

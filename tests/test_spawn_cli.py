@@ -95,21 +95,25 @@ def test_orchestrator_spawn_runs_a_real_agent_cold_then_through_a_running_gatewa
     report = json.loads((folder / "cold-run.json").read_text())
     assert report["tool"] == "time__get_current_time" and report["result"]["timezone"] == "UTC"
 
-    serve = subprocess.Popen([ORCHESTRATOR, "--config", str(config), "serve"], stderr=subprocess.PIPE, text=True)
-    try:
-        assert serve.stderr is not None
-        banner = _banner(serve)
-        assert "gateway: agent 'default'" in banner, banner
-        warm = _orchestrator(config, "spawn", "--task", "warm-run", "--agent", "searcher")
-        assert warm.returncode == 0, warm.stderr
-        lines = [line.split() for line in warm.stdout.splitlines()]
-        assert ["exit", "status", "ok"] in lines and ["mode", "search"] in lines
-        assert "(warm gateway)" in warm.stdout and "tokens saved" in warm.stdout
-        assert json.loads((folder / "warm-run.json").read_text())["result"]["timezone"] == "UTC"
-    finally:
-        serve.send_signal(signal.SIGTERM)
-        serve.wait(timeout=30)
-    assert serve.returncode == 0, serve.stderr.read() if serve.stderr else ""
+    # Popen's `with` closes the stderr pipe; communicate() reads what is left of it after SIGTERM.
+    with subprocess.Popen([ORCHESTRATOR, "--config", str(config), "serve"], stderr=subprocess.PIPE, text=True) as serve:
+        try:
+            banner = _banner(serve)
+            assert "gateway: agent 'default'" in banner, banner
+            warm = _orchestrator(config, "spawn", "--task", "warm-run", "--agent", "searcher")
+            assert warm.returncode == 0, warm.stderr
+            lines = [line.split() for line in warm.stdout.splitlines()]
+            assert ["exit", "status", "ok"] in lines and ["mode", "search"] in lines
+            assert "(warm gateway)" in warm.stdout and "tokens saved" in warm.stdout
+            assert json.loads((folder / "warm-run.json").read_text())["result"]["timezone"] == "UTC"
+        finally:
+            serve.send_signal(signal.SIGTERM)
+            try:
+                rest = serve.communicate(timeout=30)[1]
+            except subprocess.TimeoutExpired:
+                serve.kill()
+                raise
+    assert serve.returncode == 0, rest
 
     # A later spawn of the first task gets the tool it called pinned (the history outlives both gateways).
     plan = json.loads(

@@ -53,6 +53,8 @@ INSTALL_TIMEOUT_S = 600.0
 # `npm ci` of the pinned packages takes 25-40 s from the registry; a slow mirror gets room.
 NODE_SCRIPT_TIMEOUT_S = 100.0
 # Above the scripts' own watchdog (90 s), so a hung script still reports what it saw; below pytest's 120 s.
+# The gateway's stderr reaches EOF when it and the servers it started (they share the pipe) have exited.
+STDERR_EOF_TIMEOUT_S = 15.0
 _BANNER_URL = re.compile(r"at (http://\S+?)/mcp\b")
 GATEWAY_TOKEN = "interop-tests-admin-secret-0123456789"
 """`gateway.token` of every config written here: the admin secret `/mcp`, `/health` and `POST /spawns` want
@@ -122,6 +124,7 @@ def running_gateway(config: Path, *args: str) -> Iterator[Gateway]:
         command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
     lines: list[str] = []
+    drain: threading.Thread | None = None
     try:
         base_url = _read_banner(process, lines)
         drain = threading.Thread(target=_drain, args=(process, lines), daemon=True)
@@ -135,6 +138,7 @@ def running_gateway(config: Path, *args: str) -> Iterator[Gateway]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        _close_stderr(process, drain)
 
 
 def _read_banner(process: subprocess.Popen[str], lines: list[str]) -> str:
@@ -173,6 +177,16 @@ def _wait_until_servers_are_up(base_url: str, lines: list[str]) -> None:
     raise RuntimeError(
         f"the gateway's servers were not up within {GATEWAY_START_TIMEOUT_S:g} s: {''.join(lines)[-2000:]}"
     )
+
+
+def _close_stderr(process: subprocess.Popen[str], drain: threading.Thread | None) -> None:
+    """Close our end of the gateway's stderr once the drain thread has read it to the end (the gateway has
+    exited; its servers, which write to the same pipe, with it)."""
+    if drain is not None:
+        drain.join(timeout=STDERR_EOF_TIMEOUT_S)
+        assert not drain.is_alive(), f"the gateway's stderr stayed open {STDERR_EOF_TIMEOUT_S:g} s after it exited"
+    assert process.stderr is not None
+    process.stderr.close()
 
 
 def _drain(process: subprocess.Popen[str], lines: list[str]) -> None:

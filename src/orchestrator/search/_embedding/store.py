@@ -66,7 +66,8 @@ class VectorStore:
         if self.path is None or not self.path.is_file():
             return {}
         try:
-            with np.load(self.path, allow_pickle=False) as data:
+            # Our own handle: np.load leaks the one it opens when a file starts like a zip but is not one.
+            with self.path.open("rb") as handle, np.load(handle, allow_pickle=False) as data:
                 keys, vectors = data["keys"], data["vectors"]
             if keys.dtype != np.uint8 or keys.shape[1:] != (_DIGEST_BYTES,) or vectors.shape[0] != len(keys):
                 raise ValueError(f"unexpected arrays {keys.dtype}{keys.shape} / {vectors.shape}")
