@@ -438,7 +438,7 @@ def test_the_index_rebuilds_when_the_catalog_version_changes_and_only_then() -> 
 def test_the_ranking_asked_for_and_the_one_in_effect_are_both_known(catalog: ToolCatalog) -> None:
     engine = ToolSearchEngine(catalog, ToolSearchSettings(ranking="hybrid"))
     assert engine.ranking == "hybrid"
-    assert engine.ranking_used in ("lexical", "hybrid")
+    assert engine.ranking_used == "hybrid"  # the models are installed; nothing has failed to load yet
     assert ToolSearchEngine(catalog, ranking="lexical").ranking_used == "lexical"
     with pytest.raises(ValueError, match="ranking must be"):
         ToolSearchEngine(catalog, ranking="magic")
