@@ -43,7 +43,9 @@ from orchestrator._tokens import count_definition_tokens
 from .conftest import stdio_server_config
 
 CHANGE_SEEN_S = 3.0
-# list_changed must reach a client promptly; generous for two busy cores (the manager's own bound is 1 s).
+"""list_changed must reach a client promptly; generous for two busy cores (the manager's own bound is 1 s)."""
+CLIENT_TIMEOUT_S = 30.0
+"""Per request: the first hybrid search loads the models inside the request, seconds on a loaded machine."""
 
 pytestmark = pytest.mark.anyio
 
@@ -68,18 +70,16 @@ def gateway_settings(cache_dir: Path, **gateway: Any) -> Settings:
 @pytest.fixture(scope="module")
 async def live(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Gateway, str]]:
     settings = gateway_settings(tmp_path_factory.mktemp("cache"))
-    async with MCPManager(settings) as manager:
-        gateway = Gateway(settings, manager)
+    async with MCPManager(settings) as manager, Gateway(settings, manager) as gateway:
         async with gateway.running("127.0.0.1", 0) as base:
             yield gateway, base
-        gateway.close()
 
 
 @contextlib.asynccontextmanager
 async def connect(url: str, token: str | None = None, **options: Any) -> AsyncIterator[Client]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     async with (
-        httpx2.AsyncClient(headers=headers) as http,
+        httpx2.AsyncClient(headers=headers, timeout=CLIENT_TIMEOUT_S) as http,
         Client(streamable_http_client(url, http_client=http), **options) as client,
     ):
         yield client
