@@ -38,7 +38,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 
 from .._accounting import SessionRecorder
 from .._config import Settings
-from .._errors import OrchestratorError
+from .._errors import ConfigError, OrchestratorError
 from .._events import Caller, CallEvent, EventListener, MetaEvent
 from .._history import TaskHistory
 from .._meta_tools import MetaTools
@@ -318,7 +318,7 @@ class Gateway:
     def warm_search(self, timeout: float | None = 0) -> int:
         """Get each profile's tool search ready before its agents ask; returns how many profiles were warmed.
 
-        For every profile whose tools go out in search mode with hybrid ranking, the index is built and
+        For every configured profile whose tools go out in search mode with hybrid ranking, the index is built and
         the catalog's uncached tools are handed to the background embedding, so the first searches of
         the first spawns are ranked by meaning instead of answering lexically while it warms. Full-mode
         profiles never search, so nothing is embedded for them. Waits up to `timeout` seconds for the
@@ -326,6 +326,11 @@ class Gateway:
         loads the model (about 0.5 s): run it off the event loop.
         """
         warmed = 0
+        for agent in ("default", *self.settings.agents):  # every profile a spawn may ask for, not only seen ones
+            try:
+                self._view(agent)
+            except ConfigError as exc:  # its spawns are refused with this error; the others still warm
+                log.warning("not warming tool search for %s", exc)
         with self._lock:
             views = list(self._views.values())
         for view in views:
