@@ -242,6 +242,7 @@ class Gateway:
                     self.planner,
                     embeddings=self.embeddings,
                     telemetry=self.telemetry,
+                    held=self.manager.held_tools,
                 )
             return view
 
@@ -268,6 +269,7 @@ class Gateway:
             search_offered=view.search_mode,
             names=view.qualified,
             schema_limits=self.manager.schema_limits,
+            held=view.held,
         )
         context = SpawnContext(spawn_id, expires, task, task_id, view, meta, recent)
         if spawn_id is not None:
@@ -380,17 +382,25 @@ class Gateway:
             self.base_url = None
 
     def health(self) -> dict[str, Any]:
-        """Catalog, server states, open spawns and the worker pool (`GET /health`)."""
+        """Catalog, server states (with their held-back tools), open spawns and the worker pool (`GET /health`)."""
         catalog = self.catalog()
+        statuses = self.manager.status()
         return {
             "status": "ok",
             "agent": self.agent,
             "catalog_version": catalog.version,
             "tools": len(catalog),
             "servers": [
-                {"name": s.name, "state": str(s.state), "tools": s.tools, "error": s.error}
-                for s in self.manager.status()
+                {
+                    "name": s.name,
+                    "state": str(s.state),
+                    "tools": s.tools,
+                    "error": s.error,
+                    "held_tools": [{"name": tool.name, "reason": tool.reason} for tool in s.held_tools],
+                }
+                for s in statuses
             ],
+            "held_tools": sum(len(s.held_tools) for s in statuses),
             "spawns": self.open_spawns,
             "workers": self.workers(),
         }

@@ -26,10 +26,11 @@ from .._config import Settings
 from .._errors import ConfigError
 from .._formats import ClientNames
 from .._meta_tools import MetaTools
-from .._planning import ProfileFilter, SpawnPlan, SpawnPlanner, effective_tool_search
+from .._planning import ProfileFilter, SpawnPlan, SpawnPlanner, effective_tool_search, matches_any
 from .._telemetry import Telemetry
 from ..protocols.mcp._catalog import ToolCatalog
-from ..protocols.mcp._normalization import MIN_NAME_LENGTH
+from ..protocols.mcp._normalization import MIN_NAME_LENGTH, hashed_name
+from ..protocols.mcp._pins import HeldTool
 from ..protocols.mcp._schemas import SchemaLimits
 from ..protocols.mcp._session import LogSink
 from ..protocols.mcp._status import ServerStatus
@@ -57,6 +58,8 @@ class Upstream(Protocol):
     def catalog(self) -> ToolCatalog: ...
 
     def status(self) -> list[ServerStatus]: ...
+
+    def held_tools(self, server: str | None = None) -> list[HeldTool]: ...
 
     def is_ready(self, server: str) -> bool: ...
 
@@ -93,6 +96,7 @@ class AgentView:
         *,
         embeddings: EmbeddingRuntime | None,
         telemetry: Telemetry,
+        held: Callable[[], list[HeldTool]] | None = None,
     ) -> None:
         self.agent = agent
         profile = settings.agent(agent)
@@ -107,6 +111,7 @@ class AgentView:
                 f"for tool names, fewer than {MIN_NAME_LENGTH}; shorten gateway.server_name or agents.{agent}.tool_prefix"
             )
         self._catalog = catalog
+        self._held = held
         self._planner = planner
         self._visible: tuple[str, ToolCatalog] | None = None
         self._names: tuple[str, ClientNames] | None = None
@@ -130,6 +135,21 @@ class AgentView:
     def qualified(self, name: str) -> str | None:
         """The qualified name behind a name this client was given (None: not one of them)."""
         return self.names().qualified(name)
+
+    def held(self, name: str) -> str | None:
+        """Why `name` (qualified, the server's own, or the short name this client would have been given) is
+        a tool held back from this profile, or None: a held tool the profile could not see stays unknown."""
+        for tool in self._held() if self._held is not None else ():
+            if not tool.held or not self.rules.allows_server(tool.server):
+                continue
+            if not matches_any(tool.name, self.rules.allow) or matches_any(tool.name, self.rules.deny):
+                continue
+            short = (
+                hashed_name(tool.server, tool.tool, max_length=self.budget) if len(tool.name) > self.budget else None
+            )
+            if name in (tool.name, tool.tool, short):
+                return tool.reason
+        return None
 
     def plan(self, task: str, task_id: str | None, recent: list[str], *, record: bool) -> SpawnPlan:
         """This profile's plan for a task over the current catalog (`record`: count the spawn in telemetry)."""
