@@ -306,6 +306,8 @@ def _print_sweep(sweep: dict[str, Any], as_json: bool) -> None:
 
 def _print_definition(definition: dict[str, Any]) -> None:
     """A definition for people: name, description, then one line per parameter."""
+    from ..protocols.mcp._normalization import one_line
+
     schema = definition.get("input_schema") or {}
     required = set(schema.get("required") or [])
     console.print(definition["name"], markup=False, style="bold")
@@ -316,9 +318,9 @@ def _print_definition(definition: dict[str, Any]) -> None:
         kind = prop.get("type", "any")
         flag = ", required" if name in required else ""
         about = f" - {prop['description']}" if isinstance(prop.get("description"), str) else ""
-        console.print(
-            f"  {name} ({json.dumps(kind) if not isinstance(kind, str) else kind}{flag}){about}", markup=False
-        )
+        kind = json.dumps(kind) if not isinstance(kind, str) else kind
+        # Names and types are the server's as they are (a call must match them): one safe line for the terminal.
+        console.print(f"  {one_line(name, 200)} ({one_line(kind, 200)}{flag}){about}", markup=False)
     console.print("", markup=False)
 
 

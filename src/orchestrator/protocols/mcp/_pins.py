@@ -192,15 +192,16 @@ class ToolGuard:
         on_change = getattr(config, "on_change", "hold")
         on_flag = getattr(config, "on_flag", "hold")
         record = self._record(server)
-        findings = scan_tools(tools)
         first = record is None
         pins: dict[str, Any] = {} if record is None else record["tools"]
+        digests = [tool_digest(tool) for tool in tools]
+        findings = scan_tools(tools) if _needs_scan(tools, digests, pins) else [() for _ in tools]
         offered: list[dict[str, Any]] = []
         held: list[HeldTool] = []
         accepted: list[tuple[Mapping[str, Any], str]] = []
         flagged_first: list[Mapping[str, Any]] = []
-        for tool, found in zip(tools, findings, strict=True):
-            name, digest = str(tool.get("name")), tool_digest(tool)
+        for tool, digest, found in zip(tools, digests, findings, strict=True):
+            name = str(tool.get("name"))
             pin = pins.get(name)
             same = pin is not None and pin.get("digest") == digest
             change: HeldKind | None = None
@@ -327,6 +328,16 @@ class ToolGuard:
 
     def has_held(self) -> bool:
         return any(tool.held for tool in self.held())
+
+
+def _needs_scan(tools: Sequence[Mapping[str, Any]], digests: Sequence[str], pins: Mapping[str, Any]) -> bool:
+    """Whether any tool must be read by the detector: one without a pin of this definition, or pinned only
+    as held or as accepted although flagged. A listing of pinned tools costs a hash per tool, no scan."""
+    for tool, digest in zip(tools, digests, strict=True):
+        pin = pins.get(str(tool.get("name")))
+        if pin is None or pin.get("by") in (HELD_BY, "on_flag: accept") or pin.get("digest") != digest:
+            return True
+    return False
 
 
 def _key(server: str) -> str:
