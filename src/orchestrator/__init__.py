@@ -108,6 +108,7 @@ _EXPORTS: dict[str, str] = {
     "RankedTool": "._events",
     "EventListener": "._events",
     "render_tools": "._formats",
+    "ClientKind": "._clients",
     "Definition": "._formats",
     "ProviderFormat": "._formats",
     # the gateway and the state replicas share
@@ -169,6 +170,7 @@ if _TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__`
         ToolNotFoundError,
         TransportError,
     )
+    from ._clients import ClientKind
     from ._events import Caller, CallEvent, EventListener, ExpandEvent, MetaEvent, RankedTool, SearchEvent
     from ._formats import Definition, ProviderFormat, render_tools
     from ._gateway.auth import CredentialError, Credentials, SpawnClaims, SpawnClosedError, SpawnLimitError

@@ -37,6 +37,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 from .._accounting import SessionRecorder
+from .._clients import ClientKind
 from .._config import Settings
 from .._errors import OrchestratorError
 from .._events import Caller, CallEvent, EventListener, MetaEvent
@@ -138,7 +139,7 @@ class Gateway:
         self._limiter = anyio.CapacityLimiter(workers) if workers > 0 else None
         self._lock = threading.Lock()  # views and the catalog-size record: both reached from worker threads
         self._sizes_recorded: str | None = None
-        self._views: dict[str, AgentView] = {}
+        self._views: dict[tuple[str, ClientKind | None], AgentView] = {}
         self._bus = InMemorySubscriptionBus()
         self._notified_version: str | None = None
         self.spawns = SpawnRegistry(settings, self.credentials, self.store, self.history, self.sessions, self._context)
@@ -231,11 +232,11 @@ class Gateway:
         for server, (tools, tokens) in sorted(sizes.items()):
             self.telemetry.record_catalog(server, tools, tokens)
 
-    def _view(self, agent: str) -> AgentView:
+    def _view(self, agent: str, client: ClientKind | None = None) -> AgentView:
         with self._lock:
-            view = self._views.get(agent)
+            view = self._views.get((agent, client))
             if view is None:
-                view = self._views[agent] = AgentView(
+                view = self._views[(agent, client)] = AgentView(
                     self.settings,
                     agent,
                     self.catalog,
@@ -243,14 +244,23 @@ class Gateway:
                     embeddings=self.embeddings,
                     telemetry=self.telemetry,
                     held=self.manager.held_tools,
+                    client=client,
                 )
             return view
 
     def _context(
-        self, spawn_id: str | None, expires: float | None, task: str, task_id: str, agent: str, recent: list[str]
+        self,
+        spawn_id: str | None,
+        expires: float | None,
+        task: str,
+        task_id: str,
+        agent: str,
+        recent: list[str],
+        client: ClientKind | None = None,
     ) -> SpawnContext:
-        """An endpoint's context: its view, and meta-tools whose events a spawn's history and counts hear."""
-        view = self._view(agent)
+        """An endpoint's context: its view, and meta-tools whose events a spawn's history and counts hear;
+        `client`: the endpoint as a client of that kind sees it (`SpawnContext.for_client`)."""
+        view = self._view(agent, client)
         listeners: list[EventListener] = []
         if spawn_id is not None:
             listeners.append(_history_listener(self.history, task_id))
@@ -274,7 +284,15 @@ class Gateway:
         context = SpawnContext(spawn_id, expires, task, task_id, view, meta, recent)
         if spawn_id is not None:
             context.session = SessionRecorder()
+        context.make_variant = self._variant
         return context
+
+    def _variant(self, base: SpawnContext, client: ClientKind) -> SpawnContext:
+        """`base` for a client of another kind: its own view and meta-tools, the spawn's session and counts."""
+        variant = self._context(base.id, base.expires, base.task, base.task_id, base.view.agent, base.recent, client)
+        variant.session = base.session
+        variant.make_variant = None
+        return variant
 
     # ------------------------------------------------------------------ spawns (the admin endpoints)
 
