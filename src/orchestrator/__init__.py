@@ -139,6 +139,7 @@ __all__ = sorted(_EXPORTS)
 
 if _TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` imports on first use
     from ._accounting import Action, ActionKind, Batches, SessionBasis, SessionCost
+    from ._clients import ClientKind
     from ._config import (
         AgentProfile,
         EmbeddingSettings,
@@ -170,7 +171,6 @@ if _TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__`
         ToolNotFoundError,
         TransportError,
     )
-    from ._clients import ClientKind
     from ._events import Caller, CallEvent, EventListener, ExpandEvent, MetaEvent, RankedTool, SearchEvent
     from ._formats import Definition, ProviderFormat, render_tools
     from ._gateway.auth import CredentialError, Credentials, SpawnClaims, SpawnClosedError, SpawnLimitError
