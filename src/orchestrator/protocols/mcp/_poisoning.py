@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,27 +150,35 @@ class _Text:
     def _visit(self, index: int, node: dict[str, Any] | list[Any], parent: str, depth: int) -> None:
         if depth > MAX_DEPTH:
             return
-        items: Iterable[tuple[Any, Any]] = (
-            node.items() if isinstance(node, dict) else ((parent, child) for child in node)
-        )
-        in_list = not isinstance(node, dict)
-        for key, child in items:
-            if not in_list:
-                key = key if type(key) is str else str(key)
+        string = self._string
+        if isinstance(node, dict):
+            for key, child in node.items():
+                if type(key) is not str:
+                    key = str(key)
                 if key not in _SCHEMA_WORDS:
-                    self._string(index, key)
+                    string(index, key)
+                kind = type(child)
+                if kind is str:
+                    if child and child not in _SCHEMA_WORDS:
+                        if key in _CHECKED_KEYS:
+                            self._check_place(index, child, key, False)
+                        string(index, child)
+                elif kind is dict or kind is list:
+                    self._visit(index, child, key, depth + 1)
+                elif isinstance(child, Mapping | tuple):
+                    self._visit(index, dict(child) if isinstance(child, Mapping) else list(child), key, depth + 1)
+            return
+        for child in node:
             kind = type(child)
             if kind is str:
-                if child:
-                    if key in _CHECKED_KEYS or (in_list and parent == "required"):
-                        self._check_place(index, child, key, in_list)
-                    self._string(index, child)
+                if child and child not in _SCHEMA_WORDS:
+                    if parent == "required":
+                        self._check_place(index, child, parent, True)
+                    string(index, child)
             elif kind is dict or kind is list:
-                self._visit(index, child, key, depth + 1)
-            elif isinstance(child, Mapping):
-                self._visit(index, dict(child), key, depth + 1)
-            elif isinstance(child, tuple):
-                self._visit(index, list(child), key, depth + 1)
+                self._visit(index, child, parent, depth + 1)
+            elif isinstance(child, Mapping | tuple):
+                self._visit(index, dict(child) if isinstance(child, Mapping) else list(child), parent, depth + 1)
 
     def _string(self, index: int, value: str) -> None:
         if len(value) > rules.IDENTIFIER_CHARS or " " in value or "\n" in value:

@@ -391,7 +391,10 @@ _ACT_AS = re.compile(
 
 
 def _act_as(doc: _Doc, pos: int) -> Hit | None:
-    found = _ACT_AS.search(doc.low, max(0, pos - 8), pos + 80)
+    low = doc.low
+    if low.startswith("you", pos) and not low.startswith(("you are", "you're", "you\u2019re"), pos):
+        return None  # the 'you' anchor: only 'you are ...' starts a persona
+    found = _ACT_AS.search(low, max(0, pos - 8), pos + 80)
     return doc.hit("role-marker", found.start(), found.end() + 80) if found else None
 
 
@@ -667,13 +670,32 @@ def _conceal(doc: _Doc, pos: int) -> Hit | None:
     if not doc.first_time("conceal", start):
         return None
     low = doc.low
-    if not doc.words(start, end) & _CONCEAL_WORDS and "n't" not in low[start:end]:
-        return None
-    negated = _NEGATION.search(low, start, end)
-    if negated and _TO_PEOPLE.search(low, negated.end(), min(end, negated.end() + 80)):
-        return doc.hit("concealment", negated.start(), negated.end() + 60)
-    found = _HIDE.search(low, start, end) or _STEALTH.search(low, start, end) or _DECEIVE.search(low, start, end)
-    return doc.hit("concealment", found.start(), found.end() + 40) if found else None
+    words = doc.words(start, end)
+    negation = words & _NEGATION_WORDS or "n't" in low[start:end]
+    if negation and words & _TELLING:
+        negated = _NEGATION.search(low, start, end)
+        if negated and _TO_PEOPLE.search(low, negated.end(), min(end, negated.end() + 80)):
+            return doc.hit("concealment", negated.start(), negated.end() + 60)
+    for gate, pattern in ((_HIDING, _HIDE), (_STEALTHY, _STEALTH), (_DECEIVING, _DECEIVE)):
+        if words & gate:
+            found = pattern.search(low, start, end)
+            if found:
+                return doc.hit("concealment", found.start(), found.end() + 40)
+    return None
+
+
+_NEGATION_WORDS = frozenset("not never without no avoid nor".split())
+_TELLING = _inflected(
+    "tell mention inform notify reveal disclose show alert explain say report let display surface raise flag point "
+    "acknowledge admit discuss highlight warn bring"
+) | {"told", "said", "shown"}
+_HIDING = frozenset(
+    "hide hides hiding hidden conceal conceals concealing keep keeps keeping withhold leave omit exclude skip drop shown "
+    "visible displayed included mentioned logged know aware told informed".split()
+)
+_STEALTHY = frozenset("silently quietly secretly covertly discreetly stealthily invisibly".split())
+_DECEIVING = frozenset("if though like pretend".split())
+"""The words each concealment pattern needs: a sentence without them is not matched against it."""
 
 
 # ---------------------------------------------------------------------------------------------- other tools
@@ -815,6 +837,11 @@ def _others(doc: _Doc, pos: int) -> Hit | None:
     return doc.hit("cross-tool", found.start(), found.end() + 40) if found else None
 
 
+_COMPARING = frozenset(
+    "prioritize prioritise prioritizing prioritising highest better safer superior faster outperform outperforms beats "
+    "beat surpass surpasses inferior settle replacement substitute successor longer".split()
+)
+"""Words of a comparison with other tools; without one, self-promotion needs 'this' and an insistence."""
 _PROMOTION_WORDS = frozenset(
     "always must should use only prioritize prioritise prioritizing prioritising choose highest better safer accurate "
     "reliable superior faster longer outperform outperforms beats beat surpass surpasses inferior settle replacement "
@@ -825,7 +852,10 @@ _PROMOTION_WORDS = frozenset(
 def _promotion(doc: _Doc, pos: int) -> Hit | None:
     """Preferring this tool over all others."""
     bounds = _sentence_once(doc, "promotion", pos)
-    if bounds and not doc.words(*bounds) & _PROMOTION_WORDS:
+    if bounds is None:
+        return None
+    words = doc.words(*bounds)
+    if not words & _COMPARING and not ("this" in words and words & _PROMOTION_WORDS):
         return None
     found = _SELF_PROMOTION.search(doc.low, *bounds) if bounds else None
     return doc.hit("cross-tool", found.start(), found.end() + 40) if found else None
@@ -849,6 +879,8 @@ def _uses_other(doc: _Doc, pos: int) -> Hit | None:
     if bounds is None:
         return None
     low, (start, end) = doc.low, bounds
+    if low.find("_", start, end) < 0 and low.find("`", start, end) < 0 and low.find("'", start, end) < 0:
+        return None  # no tool-like name in the sentence
     for found in _USES_OTHER.finditer(low, start, end):
         name = next(group for group in found.groups() if group)
         if not _is_own_cached(doc, name) and _DIRECTIVE.search(low, start, end):
@@ -861,11 +893,12 @@ def _foreign(doc: _Doc, pos: int) -> Hit | None:
     low = doc.low
     if pos < doc.token_end:
         return None  # another '_' of the name just read
-    start = max(low.rfind(char, max(0, pos - 64), pos) for char in " `'\"(\n")
+    lo = max(0, pos - 64)
+    start = max(low.rfind(" ", lo, pos), low.rfind("\n", lo, pos), low.rfind("`", lo, pos))
     found = _TOKEN.match(low, pos)
     end = found.end() if found else pos + 1
     doc.token_end = end
-    if low[start + 1 : end].strip("._-`'\"(") in doc.own:
+    if low[start + 1 : end].strip("._-`'\"(*[{<:,;)") in doc.own:
         return None  # most names in a description are the server's own parameters and tools
     bounds = _sentence_once(doc, "foreign", pos)
     if bounds is None:
@@ -1201,7 +1234,8 @@ def scan(raw: str, own: set[str], *, identifiers: bool = False) -> Iterator[Hit]
     if len(low) != len(raw):  # a few characters change length when lowercased (İ): keep offsets aligned
         low = "".join(char.lower()[0] for char in raw)
     doc = _Doc(raw, low, own, identifiers)
-    yield from _invisible(raw)
+    if not identifiers:  # identifiers reach here printable ASCII
+        yield from _invisible(raw)
     # Every anchor's occurrences first, then the checks in text order, so each sentence is bounded once.
     todo: list[tuple[int, int, Check]] = [(mark.start(), 0, MARKS[mark.group(0)]) for mark in _MARK.finditer(low)]
     for order, (anchor, checks) in enumerate(IDENTIFIER_WORD_ANCHORS if identifiers else ANCHORS, 1):
@@ -1217,4 +1251,5 @@ def scan(raw: str, own: set[str], *, identifiers: bool = False) -> Iterator[Hit]
         if hit is not None and (hit.kind, hit.start) not in seen:
             seen.add((hit.kind, hit.start))
             yield hit
-    yield from _encoded(doc)
+    if not identifiers:
+        yield from _encoded(doc)
