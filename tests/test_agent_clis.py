@@ -110,9 +110,15 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def config(folder: Path) -> Path:
     timeout = {"timeout_s": 90}
+    claude = _documented_profile("Claude Code")
+    # Claude Code started by a wrapper script: nothing in the profile says which client it is.
+    wrapper = folder / "run-agent.sh"
+    wrapper.write_text('#!/bin/sh\nexec claude "$@"\n', encoding="utf-8")
+    wrapper.chmod(0o755)
     agents = {
-        "claude": {**_documented_profile("Claude Code"), **timeout},
-        "claude-full": {**_documented_profile("Claude Code"), **FULL, **timeout},
+        "claude": {**claude, **timeout},
+        "claude-full": {**claude, **FULL, **timeout},
+        "claude-wrapped-full": {**claude, "command": [str(wrapper), *claude["command"][1:]], **FULL, **timeout},
         "codex": {**_documented_profile("Codex"), **timeout},
         "full": FULL,
         "codex-full": {"client": "codex", **FULL},
@@ -265,6 +271,22 @@ def test_claude_code_in_full_mode_sends_every_tool_within_the_model_apis_name_li
     assert summary["exit_status"] == "ok", summary["stderr"]
     assert len(received["gateway_tools"]) == CATALOG_TOOLS, received
     assert not _bad_names(model), "a name past the model API's 64 characters"
+    assert any("summarize_repository" in name for name in received["gateway_tools"]), "the long tool was dropped"
+    assert _reached_upstream(model), model.tool_results()
+
+
+def test_claude_code_started_by_a_wrapper_gets_names_within_the_limit_from_its_handshake(spawn: Spawn) -> None:
+    """The profile's command is a wrapper script, so the profile alone names no client (an API loop gets
+    64-character names); the gateway reads `clientInfo.name` (`claude-code`) from the MCP handshake and
+    fits every name after Claude Code's `mcp__orchestrator__` prefix."""
+    with ScriptedModel(FULL_SCRIPT) as model:
+        summary = spawn("claude-wrapped-full", model)
+    received = _received(model, _claude_tool)
+    _show(received, summary)
+    assert summary["exit_status"] == "ok", summary["stderr"]
+    assert len(received["gateway_tools"]) == CATALOG_TOOLS, received
+    assert not _bad_names(model), "a name past the model API's 64 characters"
+    assert all(len(name) <= 64 for name in received["gateway_tools"])
     assert any("summarize_repository" in name for name in received["gateway_tools"]), "the long tool was dropped"
     assert _reached_upstream(model), model.tool_results()
 

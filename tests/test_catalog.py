@@ -133,7 +133,9 @@ def test_filtered_keeps_names_and_changes_the_version() -> None:
 
 @pytest.mark.anyio
 async def test_the_managers_catalog_snapshots_live_tool_lists_and_follows_changes(tmp_path: Path) -> None:
-    settings = MCPSettings(cache_dir=tmp_path, servers={"changing": stdio_server_config("changing.py")})
+    # on_change accept: a new tool is offered at once (the default holds it until approved).
+    changing = stdio_server_config("changing.py", on_change="accept")
+    settings = MCPSettings(cache_dir=tmp_path, servers={"changing": changing})
     with anyio.fail_after(60):
         async with MCPManager(settings) as manager:
             before = manager.catalog()

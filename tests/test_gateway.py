@@ -58,7 +58,8 @@ def anyio_backend() -> str:
 def gateway_settings(cache_dir: Path, **gateway: Any) -> Settings:
     servers = {
         "time": ServerConfig(command=sys.executable, args=["-m", "mcp_server_time", "--local-timezone", "UTC"]),
-        "changing": stdio_server_config("changing.py"),
+        # on_change accept: tools it adds are offered at once (the default holds them until approved).
+        "changing": stdio_server_config("changing.py", on_change="accept"),
     }
     agents = {
         "searcher": AgentProfile(tool_search=ToolSearchOverrides(threshold_tokens=0)),

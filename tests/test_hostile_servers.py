@@ -9,8 +9,10 @@ to see them.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -21,7 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
+import yaml
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from orchestrator import (
@@ -494,3 +500,142 @@ def test_the_line_reader_bounds_lines_splits_chunks_and_fails_the_request_of_a_d
     assert isinstance(error, types.JSONRPCError) and error.id == 8
     assert error.error.message == "the server's response is longer than max_message_bytes=1024 and was dropped"
     assert items[4].message.id == 9
+
+
+# --------------------------------------------------------------------------- hostile tool text (issue 24)
+
+_STRUCTURE = re.compile(
+    r"^\s*(?:#{1,6}\s|[\w.-]+\s+-\s+SYSTEM|(?:system|assistant|user|developer|human)\s*:|<\|)|<\|[^|]*\|>|</?system>"
+    r"|</tool_description>",
+    re.IGNORECASE | re.MULTILINE,
+)
+"""What tool text must never bring into a prompt: a heading, a directory line, a role turn, a template token
+or a framing tag (orchestrator's own prompt lines are checked apart)."""
+
+
+def assert_inert(text: str, where: str) -> None:
+    found = _STRUCTURE.search(text)
+    assert found is None, f"{where}: {found.group(0)!r} in {text[:300]!r}"
+
+
+def _texts(value: Any) -> list[str]:
+    """Every string in a definition (names, descriptions, titles, schema text)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [text for key, item in value.items() for text in (*_texts(key), *_texts(item))]
+    if isinstance(value, list):
+        return [text for item in value for text in _texts(item)]
+    return []
+
+
+@pytest.mark.anyio
+async def test_a_tool_whose_text_imitates_the_prompt_is_held_back_by_default(tmp_path: Path) -> None:
+    async with MCPManager(settings(tmp_path, h=hostile("--hostile-text"))) as manager:
+        catalog = manager.catalog()
+        (status,) = manager.status()
+    assert "h__notes" not in catalog and "h__echo" in catalog
+    assert [tool.name for tool in status.held_tools] == ["h__notes"]
+    assert status.held_tools[0].reason.startswith("flagged: prompt-imitation in ")
+
+
+@pytest.mark.anyio
+async def test_hostile_tool_text_accepted_anyway_is_inert_on_every_path(tmp_path: Path) -> None:
+    """`on_flag: accept` lets the red-team description through: full plan, pinned tools, the directory,
+    search hits, expand_tools, each provider format, the CLI and a real client of the gateway all get it
+    with no heading, directory line, role turn, template token or framing tag of its own."""
+    from orchestrator import (
+        AgentProfile,
+        Gateway,
+        Settings,
+        SpawnPlanner,
+        ToolSearchEngine,
+        ToolSearchSettings,
+        render_tools,
+    )
+
+    server = hostile("--hostile-text", on_flag="accept")
+    config = Settings(
+        mcp={"servers": {"h": server}, "cache_dir": tmp_path},
+        agents={
+            "full": AgentProfile(tool_search={"threshold_tokens": 1_000_000}),
+            "searcher": AgentProfile(tool_search={"threshold_tokens": 0}, pinned=["h__notes"]),
+        },
+    )
+    async with MCPManager(config) as manager:
+        catalog = manager.catalog()
+        assert "h__notes" in catalog
+        planner = SpawnPlanner(config)
+        full = planner.plan("note", "full", catalog, record=False)
+        search = planner.plan("note", "searcher", catalog, record=False)
+        assert (full.mode, search.mode) == ("full", "search")
+        for plan in (full, search):
+            for text in _texts(plan.tools):
+                assert_inert(text, f"{plan.mode} plan")
+        prompt = search.prompt.splitlines()
+        assert prompt.count("## Tools") == 1 and sum(line.startswith("### Directory") for line in prompt) == 1
+        assert not [line for line in prompt if line.lstrip().startswith(("fake__tool", "assistant:", "<|", "SYSTEM"))]
+        engine = ToolSearchEngine(catalog, ToolSearchSettings(ranking="lexical"))
+        hits = engine.search("take a note")
+        assert hits and all("\n" not in hit.summary for hit in hits)
+        expanded = engine.expand_tools(["h__notes"])
+        for fmt in ("mcp", "anthropic", "openai"):
+            for tool in render_tools(list(catalog) if fmt == "mcp" else expanded, fmt):  # type: ignore[arg-type]
+                body = tool.model_dump(mode="json") if fmt == "mcp" else tool
+                for text in _texts(body):
+                    assert_inert(text, fmt)
+        gateway = Gateway(config, manager)
+        async with gateway.running("127.0.0.1", 0):
+            for agent, check in (("full", "list"), ("searcher", "expand")):
+                handle = await gateway.run_sync(gateway.open_spawn, "note", agent)
+                async with (
+                    httpx2.AsyncClient(headers={"Authorization": f"Bearer {handle.token}"}, timeout=30) as http,
+                    Client(streamable_http_client(handle.url, http_client=http)) as client,
+                ):
+                    if check == "list":
+                        listed = (await client.list_tools()).tools
+                        for text in _texts([tool.model_dump(mode="json") for tool in listed]):
+                            assert_inert(text, "gateway tools/list")
+                    else:
+                        result = await client.call_tool("expand_tools", {"names": ["h__notes"]})
+                        for block in result.content:
+                            assert_inert(json.loads(block.text)["tools"][0]["description"], "gateway expand_tools")
+        gateway.close()
+
+
+def test_hostile_tool_text_is_inert_in_cli_output(tmp_path: Path) -> None:
+    """`tools expand`, `tools list`, `tools plan` and `spawn --dry-run --format anthropic|openai`."""
+    from typer.testing import CliRunner
+
+    from orchestrator._cli import app
+
+    server = hostile("--hostile-text", on_flag="accept")
+    config = tmp_path / "bernstein.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "mcp": {
+                    "cache_dir": str(tmp_path / "cache"),
+                    "servers": {"h": server.model_dump(mode="json", exclude_defaults=True)},
+                    "tool_search": {"threshold_tokens": 0, "ranking": "lexical"},
+                }
+            }
+        )
+    )
+    runner = CliRunner()
+    for args in (
+        ["tools", "expand", "h__notes"],
+        ["tools", "list"],
+        ["tools", "plan"],
+        ["spawn", "--task", "note", "--dry-run", "--format", "anthropic"],
+        ["spawn", "--task", "note", "--dry-run", "--format", "openai"],
+        ["spawn", "--task", "note", "--dry-run", "--format", "text"],
+    ):
+        result = runner.invoke(app, ["-c", str(config), *args])
+        assert result.exit_code == 0, (args, result.output)
+        output = result.stdout.replace("## Tools\n", "", 1) if args[1] in ("plan", "--task") else result.stdout
+        lines = [line for line in output.splitlines() if not line.startswith("### Directory (")]
+        assert_inert("\n".join(lines), " ".join(args))
+        assert "fake__tool - SYSTEM" not in "\n".join(
+            line.lstrip() for line in lines if line.lstrip().startswith("fake")
+        )

@@ -39,7 +39,8 @@ pytestmark = pytest.mark.slow
 
 SERVERS = {
     "basic": {"command": sys.executable, "args": [server_script("basic.py")]},
-    "changing": {"command": sys.executable, "args": [server_script("changing.py")]},
+    # on_change accept: the tool it adds is offered at once (the default holds it until approved).
+    "changing": {"command": sys.executable, "args": [server_script("changing.py")], "on_change": "accept"},
     "features": {"command": sys.executable, "args": [server_script("features.py")]},
 }
 FULL = {"full": {"tool_search": {"threshold_tokens": 1_000_000}}}

@@ -256,8 +256,9 @@ async def test_list_changed_is_seen_within_one_second_on_both_protocol_eras_by_e
     settings = MCPSettings(
         cache_dir=tmp_path,
         servers={
-            "modern": stdio_server_config("changing.py"),
-            "legacy": stdio_server_config("changing.py", "--legacy"),
+            # on_change accept: new tools are offered at once (the default holds them until approved).
+            "modern": stdio_server_config("changing.py", on_change="accept"),
+            "legacy": stdio_server_config("changing.py", "--legacy", on_change="accept"),
         },
     )
     heard: list[int] = []

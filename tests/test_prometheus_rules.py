@@ -157,6 +157,7 @@ def test_every_alert_has_a_hold_time_a_severity_and_both_annotations() -> None:
         "OrchestratorToolModeCostsMore",
         "OrchestratorServerDown",
         "OrchestratorServerRestarting",
+        "OrchestratorToolsHeldBack",
     }
     for rule in alerts:
         assert re.fullmatch(r"\d+[smh]", rule.get("for", "")), rule["alert"]

@@ -66,6 +66,13 @@ _EXPORTS: dict[str, str] = {
     "ServerStatus": ".protocols.mcp._status",
     "SchemaLimits": ".protocols.mcp._schemas",
     "TransportFactory": ".protocols.mcp._transports",
+    # pinned tool definitions and the detector of instructions in tool text
+    "ToolGuard": ".protocols.mcp._pins",
+    "HeldTool": ".protocols.mcp._pins",
+    "HeldKind": ".protocols.mcp._pins",
+    "PinBook": ".protocols.mcp._pins",
+    "Finding": ".protocols.mcp._poisoning",
+    "scan_tools": ".protocols.mcp._poisoning",
     # the catalog and tool search
     "ToolCatalog": ".protocols.mcp._catalog",
     "ToolEntry": ".protocols.mcp._catalog",
@@ -101,6 +108,7 @@ _EXPORTS: dict[str, str] = {
     "RankedTool": "._events",
     "EventListener": "._events",
     "render_tools": "._formats",
+    "ClientKind": "._clients",
     "Definition": "._formats",
     "ProviderFormat": "._formats",
     # the gateway and the state replicas share
@@ -131,6 +139,7 @@ __all__ = sorted(_EXPORTS)
 
 if _TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` imports on first use
     from ._accounting import Action, ActionKind, Batches, SessionBasis, SessionCost
+    from ._clients import ClientKind
     from ._config import (
         AgentProfile,
         EmbeddingSettings,
@@ -187,6 +196,8 @@ if _TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__`
     from ._tokens import TokenCounter
     from .protocols.mcp._catalog import ToolCatalog, ToolEntry
     from .protocols.mcp._manager import Listener, MCPManager
+    from .protocols.mcp._pins import HeldKind, HeldTool, PinBook, ToolGuard
+    from .protocols.mcp._poisoning import Finding, scan_tools
     from .protocols.mcp._schemas import SchemaLimits
     from .protocols.mcp._session import LogSink
     from .protocols.mcp._status import Circuit, DroppedTool, ServerState, ServerStatus

@@ -24,13 +24,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLIENT_KINDS",
+    "HANDSHAKE_NAMES",
     "MODEL_NAME_LIMIT",
     "OPENAI_TOOL_LIMIT",
     "ClientKind",
     "ClientRules",
+    "client_from_handshake",
     "client_kind",
     "client_rules",
     "name_budget",
+    "session_rules",
     "tool_prefix",
 ]
 
@@ -52,7 +55,11 @@ MCP_PREFIX = "mcp__{server}__"
 and Codex (codex-rs/codex-mcp/src/tools.rs: namespace `mcp__<server>` + `__` + tool, hashed past 64)."""
 
 _COMMAND_KINDS: dict[str, ClientKind] = {"claude": "claude-code", "claude-code": "claude-code", "codex": "codex"}
-"""Program names (argv[0]'s base name) recognised when a profile does not say `client:`."""
+"""Program names (argv[0]'s base name, without `.exe`, `.js`, `.cmd`) recognised when a profile does not
+say `client:`; a wrapper script or `npx` is recognised by its handshake instead (`client_from_handshake`)."""
+HANDSHAKE_NAMES: dict[str, ClientKind] = {"claude-code": "claude-code", "codex-mcp-client": "codex", "codex": "codex"}
+"""`clientInfo.name` each CLI sends in MCP `initialize` (Claude Code 2.1: `claude-code`; Codex 0.171:
+`codex-mcp-client`), however it was started: the gateway applies that client's rules to the session."""
 
 
 @dataclass(frozen=True)
@@ -96,8 +103,35 @@ def client_kind(profile: AgentProfile) -> ClientKind:
         return profile.client
     if profile.command:
         program = os.path.basename(profile.command[0])
-        return _COMMAND_KINDS.get(program, "api")
+        stem, extension = os.path.splitext(program)
+        return _COMMAND_KINDS.get(program) or _COMMAND_KINDS.get(
+            stem if extension in (".exe", ".js", ".cmd") else program, "api"
+        )
     return "api"
+
+
+def client_from_handshake(name: object) -> ClientKind | None:
+    """The client kind a `clientInfo.name` announces (None: a client with no known naming rule)."""
+    return HANDSHAKE_NAMES.get(name.strip().lower()) if isinstance(name, str) else None
+
+
+def session_rules(
+    profile: AgentProfile, server_name: str, handshake: ClientKind | None
+) -> tuple[str, int | None, Literal["anthropic", "openai"] | None]:
+    """(prefix, tool limit, provider) for a profile's session whose client announced `handshake`: the stricter
+    of what the profile says and what the client does, since the client prefixes names whatever the profile
+    guessed. Without a handshake kind, the profile's own."""
+    own = _RULES[client_kind(profile)]
+    prefix = tool_prefix(profile, server_name)
+    limit, provider = own.max_tools, own.provider
+    if handshake is not None:
+        rules = _RULES[handshake]
+        theirs = rules.prefix.replace("{server}", server_name)
+        prefix = theirs if len(theirs) > len(prefix) else prefix
+        if rules.max_tools is not None:
+            limit = rules.max_tools if limit is None else min(limit, rules.max_tools)
+        provider = rules.provider or provider
+    return prefix, limit, provider
 
 
 def tool_prefix(profile: AgentProfile, server_name: str) -> str:

@@ -153,6 +153,13 @@ class ServerConfig(_Model):
     """Name of another server this one is a copy of (the same service behind another address): their
     identical tools become one entry, callable on either. Without it, an identical tool on another
     server never answers for this one's names (a server cannot shadow another)."""
+    on_change: Literal["hold", "accept"] = "hold"
+    """A tool whose definition changed since it was pinned, or a new tool of this pinned server: `hold`
+    keeps it from agents until `orchestrator tools approve`; `accept` offers it (and pins it), logged and
+    counted (docs/security.md, Tool text and rug pulls)."""
+    on_flag: Literal["hold", "accept"] = "hold"
+    """A tool whose text reads as instructions to the model: `hold` keeps it from agents until approved;
+    `accept` offers it (still listed by `orchestrator tools audit`)."""
 
     @model_validator(mode="after")
     def _transport_needs(self) -> ServerConfig:

@@ -27,7 +27,7 @@ import mcp.types as types
 from ._clients import OPENAI_TOOL_LIMIT
 from ._errors import OrchestratorError
 from .protocols.mcp._catalog import ToolCatalog, ToolEntry
-from .protocols.mcp._normalization import MIN_NAME_LENGTH, hashed_name
+from .protocols.mcp._normalization import MIN_NAME_LENGTH, hashed_name, one_line
 
 __all__ = [
     "ANTHROPIC_DESCRIPTION_LIMIT",
@@ -319,9 +319,17 @@ def _check_name(name: str, pattern: re.Pattern[str], provider: str) -> None:
         raise OrchestratorError(f"tool name {name!r} is not valid for {provider} (must match {pattern.pattern})")
 
 
+_ANNOTATION_KEYS = ("title", "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+"""The annotations MCP defines; other keys a server adds are untrusted text no client needs."""
+
+
 def _annotations(raw: Mapping[str, Any]) -> types.ToolAnnotations | None:
-    """The server's annotations as the SDK model; odd ones (wrong types) are dropped, never fatal."""
+    """The server's annotations as the SDK model: the MCP-defined keys only, the title one sanitized line;
+    odd ones (wrong types) are dropped, never fatal."""
+    kept = {key: raw[key] for key in _ANNOTATION_KEYS if key in raw}
+    if "title" in kept:
+        kept["title"] = one_line(kept["title"]) or None if isinstance(kept["title"], str) else None
     try:
-        return types.ToolAnnotations.model_validate(dict(raw))
+        return types.ToolAnnotations.model_validate(kept)
     except ValueError:
         return None

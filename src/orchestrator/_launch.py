@@ -245,7 +245,8 @@ async def _cold_gateway(
     servers = profile_servers(settings, profile)
     try:
         with EmbeddingRuntime.from_settings(settings) as embeddings:
-            async with MCPManager(settings, servers=servers, telemetry=telemetry) as manager:
+            # The shared store: tools held back from the warm gateway are held back here too.
+            async with MCPManager(settings, servers=servers, telemetry=telemetry, store=history.store) as manager:
                 async with (
                     Gateway(settings, manager, history=history, telemetry=telemetry, embeddings=embeddings) as gateway,
                     gateway.running("127.0.0.1", 0),

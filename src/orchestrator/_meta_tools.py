@@ -299,6 +299,8 @@ class MetaTools:
             None when the agent sees qualified names only.
         schema_limits: the configured `mcp.schema_max_depth` / `schema_max_bytes` (`MCPManager.schema_limits`);
             call arguments nested deeper than its depth are refused before jsonschema recurses into them.
+        held: why a name the agent used is a tool held back from it (changed since pinned, or flagged), or
+            None; such a name is refused with that reason instead of "unknown" (docs/security.md).
     """
 
     def __init__(
@@ -316,6 +318,7 @@ class MetaTools:
         search_offered: bool | Callable[[], bool] = True,
         names: Callable[[str], str | None] | None = None,
         schema_limits: SchemaLimits | None = None,
+        held: Callable[[str], str | None] | None = None,
     ) -> None:
         self._engine = engine
         self._router = router
@@ -332,6 +335,7 @@ class MetaTools:
         self._offload = offload
         self._search_offered = search_offered
         self._names = names
+        self._held = held
         self._arguments = ArgumentChecker(schema_limits)
 
     # ------------------------------------------------------------------ the three tools
@@ -412,6 +416,7 @@ class MetaTools:
             wanted = _name_list(names)
             for name in wanted:
                 self._check_echo(name)
+                self._check_held(name)
                 self._check_visible(name)
             definitions = self._engine.expand_tools(wanted)
         except ToolNotFoundError as exc:
@@ -549,6 +554,7 @@ class MetaTools:
             name = self._names(name) or name
         entry = self._engine.catalog.lookup(name)
         if entry is None:
+            self._check_held(name)
             self._check_visible(name)
             raise _Corrective("unknown_tool", self._unknown_message(name))
         return entry
@@ -559,6 +565,18 @@ class MetaTools:
             return
         shown = f"{name[:NAME_ECHO_CHARS]}... ({len(name):,} characters)"
         raise _Corrective("unknown_tool", self._unknown_message(shown))
+
+    def _check_held(self, name: str) -> None:
+        """Refuse a tool held back from agents, naming why (not listed, so never offered to this agent)."""
+        if self._held is None or self._engine.catalog.lookup(name) is not None:
+            return
+        reason = self._held(name)
+        if reason is not None:
+            raise _Corrective(
+                "held_back",
+                f"tool {name!r} is held back: {reason}. It cannot be used until a person reviews and approves it; "
+                "tell the user (orchestrator tools diff / orchestrator tools approve).",
+            )
 
     def _check_visible(self, name: str) -> None:
         """Refuse a tool that exists but that this agent's profile hides (never reveals its schema)."""

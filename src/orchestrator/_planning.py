@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from ._clients import client_kind, client_rules
+from ._clients import ClientKind, client_kind, client_rules
 from ._config import AgentProfile, Settings, ToolSearchSettings
 from ._directory import DIRECTORY_HEADER, Directory, build_directory
 from ._meta_tools import META_TOOL_DEFINITIONS
@@ -304,8 +304,10 @@ class SpawnPlanner:
         recent_tools: Sequence[str] = (),
         task_id: str | None = None,
         record: bool = True,
+        client: ClientKind | None = None,
     ) -> SpawnPlan:
-        """Plan one spawn of `agent` for `task` over `catalog` (counts one spawn in telemetry when `record`).
+        """Plan one spawn of `agent` for `task` over `catalog` (counts one spawn in telemetry when `record`);
+        `client` is the kind the agent's MCP handshake announced, whose tool limit then applies too.
 
         Raises:
             ConfigError: `agent` names no profile.
@@ -314,7 +316,7 @@ class SpawnPlanner:
         profile = self.settings.agent(agent)
         visible = ProfileFilter.from_profile(profile).apply(catalog)
         recent = _current_names(visible, recent_tools)[:RECENT_TOOLS_LIMIT]
-        search_settings = effective_tool_search(self.settings.mcp.tool_search, profile, recent)
+        search_settings = effective_tool_search(self.settings.mcp.tool_search, profile, recent, client)
         with self.telemetry.span("orchestrator.spawn", agent=agent) as span:
             tool_plan = self.plan_tools(visible, search_settings)
             span.set_attribute("mode", tool_plan.mode)
@@ -340,15 +342,23 @@ class SpawnPlanner:
 
 
 def effective_tool_search(
-    base: ToolSearchSettings, profile: AgentProfile, recent_tools: Sequence[str] = ()
+    base: ToolSearchSettings,
+    profile: AgentProfile,
+    recent_tools: Sequence[str] = (),
+    client: ClientKind | None = None,
 ) -> ToolSearchSettings:
     """`mcp.tool_search` with the profile's overrides, its pins and the task's recent tools pinned, and
-    the tool-count limit of the profile's client (`_clients`) where neither sets `max_tools`."""
+    the tool-count limit of the profile's client (`_clients`) where neither sets `max_tools`; a `client`
+    announced by the agent's handshake lowers it to that client's limit."""
     extra = [*profile.pinned, *(name for name in recent_tools if name not in profile.pinned)]
     settings = profile.tool_search.apply(base, extra_pinned=extra)
     if settings.max_tools is None:
         limit = client_rules(client_kind(profile)).max_tools
         if limit is not None:
+            settings = settings.model_copy(update={"max_tools": limit})
+    if client is not None:
+        limit = client_rules(client).max_tools
+        if limit is not None and (settings.max_tools is None or limit < settings.max_tools):
             settings = settings.model_copy(update={"max_tools": limit})
     return settings
 

@@ -1,7 +1,8 @@
 """`orchestrator servers [--json]`: connect to every configured server and show how each one is doing.
 
 One row per server: name, transport, state (ready / degraded / restarting / failed / stopped), tool count
-and the error; `--json` adds the supervisor's view (circuit, next retry, dropped tools).
+and the error, then any tools held back from agents with their reasons; `--json` adds the supervisor's
+view (circuit, next retry, dropped tools) and `held_tools`.
 Exit 0 when every enabled server is ready, 1 when any is not (the table still prints).
 """
 
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ._common import EXIT_FAILED, loaded_config, print_json, print_table, progress
+from ._common import EXIT_FAILED, echo, loaded_config, print_json, print_table, progress
 
 __all__ = ["register", "server_rows"]
 
@@ -51,6 +52,13 @@ def register(app: typer.Typer) -> None:
             print_json(rows)
         else:
             print_table(COLUMNS, [[row[column] for column in COLUMNS] for row in rows])
+            held = [(row["name"], tool) for row in rows for tool in row["held_tools"]]
+            if held:
+                echo(
+                    f"\n{len(held)} tool(s) held back from agents (orchestrator tools audit | diff NAME | approve NAME):"
+                )
+                for server, tool in held:
+                    echo(f"  {tool['name']} ({server}): {tool['reason']}")
         if any(status.state is not ServerState.READY for status in statuses if _enabled(settings, status.name)):
             raise typer.Exit(EXIT_FAILED)
 
@@ -63,11 +71,16 @@ def server_rows(statuses: list[ServerStatus]) -> list[dict[str, Any]]:
 
 
 async def _collect(settings: Settings) -> list[ServerStatus]:
+    from .._store import open_store
     from ..protocols.mcp._manager import MCPManager
 
-    with _quiet_sdk_logs():
-        async with MCPManager(settings, wait=True) as manager:
-            return manager.status()
+    store = open_store(settings)
+    try:
+        with _quiet_sdk_logs():
+            async with MCPManager(settings, wait=True, store=store) as manager:
+                return manager.status()
+    finally:
+        store.close()
 
 
 def _enabled(settings: Settings, name: str) -> bool:

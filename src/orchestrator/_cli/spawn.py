@@ -195,7 +195,7 @@ async def _serve(
             # wait=False: the gateway answers initialize and tools/list at once with what is up (or cached)
             # and announces servers that come up later with list_changed; an agent's client may time out
             # if it waits for every server to start first.
-            async with MCPManager(settings, telemetry=telemetry, wait=False) as manager:
+            async with MCPManager(settings, telemetry=telemetry, wait=False, store=store) as manager:
                 async with Gateway(
                     settings,
                     manager,

@@ -1,4 +1,5 @@
-"""`orchestrator tools list|search|expand|plan` and `orchestrator eval`.
+"""`orchestrator tools list|search|expand|plan` and `orchestrator eval` (`tools audit|diff|approve` are in
+`_tools_audit.py`).
 
 Every command reads the catalog from the configured servers (started for the command and stopped after),
 or from a snapshot with `--catalog PATH` (a folder of `<server>.json` tools/list results, or one JSON file
@@ -62,17 +63,28 @@ def load_catalog(settings: Settings, path: Path | None, *, quiet: bool = False) 
 
 
 async def _live_catalog(settings: Settings, quiet: bool) -> ToolCatalog:
+    from .._store import open_store
     from ..protocols.mcp._manager import MCPManager, ServerState
 
     enabled = sum(1 for config in settings.mcp.servers.values() if config.enabled)
-    with progress(f"Connecting to {enabled} MCP server{'s' if enabled != 1 else ''}…", enabled=not quiet):
-        async with MCPManager(settings) as manager:
-            for status in manager.status():
-                if status.state is not ServerState.READY and status.state is not ServerState.STOPPED:
-                    err_console.print(
-                        f"warning: server {status.name!r} is {status.state}: {status.error}", markup=False
-                    )
-            return manager.catalog()
+    store = open_store(settings)
+    try:
+        with progress(f"Connecting to {enabled} MCP server{'s' if enabled != 1 else ''}…", enabled=not quiet):
+            async with MCPManager(settings, store=store) as manager:
+                for status in manager.status():
+                    if status.state is not ServerState.READY and status.state is not ServerState.STOPPED:
+                        err_console.print(
+                            f"warning: server {status.name!r} is {status.state}: {status.error}", markup=False
+                        )
+                    if status.held_tools:
+                        err_console.print(
+                            f"warning: server {status.name!r}: {len(status.held_tools)} tool(s) held back "
+                            "(orchestrator tools audit)",
+                            markup=False,
+                        )
+                return manager.catalog()
+    finally:
+        store.close()
 
 
 def register(app: typer.Typer) -> None:
@@ -81,6 +93,11 @@ def register(app: typer.Typer) -> None:
     tools_app.command("search")(tools_search)
     tools_app.command("expand")(tools_expand)
     tools_app.command("plan")(tools_plan)
+    from ._tools_audit import tools_approve, tools_audit, tools_diff
+
+    tools_app.command("audit")(tools_audit)
+    tools_app.command("diff")(tools_diff)
+    tools_app.command("approve")(tools_approve)
     app.add_typer(tools_app, name="tools")
     app.command("eval")(eval_queries)
 
@@ -289,6 +306,8 @@ def _print_sweep(sweep: dict[str, Any], as_json: bool) -> None:
 
 def _print_definition(definition: dict[str, Any]) -> None:
     """A definition for people: name, description, then one line per parameter."""
+    from ..protocols.mcp._normalization import one_line
+
     schema = definition.get("input_schema") or {}
     required = set(schema.get("required") or [])
     console.print(definition["name"], markup=False, style="bold")
@@ -299,9 +318,9 @@ def _print_definition(definition: dict[str, Any]) -> None:
         kind = prop.get("type", "any")
         flag = ", required" if name in required else ""
         about = f" - {prop['description']}" if isinstance(prop.get("description"), str) else ""
-        console.print(
-            f"  {name} ({json.dumps(kind) if not isinstance(kind, str) else kind}{flag}){about}", markup=False
-        )
+        kind = json.dumps(kind) if not isinstance(kind, str) else kind
+        # Names and types are the server's as they are (a call must match them): one safe line for the terminal.
+        console.print(f"  {one_line(name, 200)} ({one_line(kind, 200)}{flag}){about}", markup=False)
     console.print("", markup=False)
 
 

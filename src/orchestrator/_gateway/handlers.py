@@ -24,6 +24,7 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 
 from .._accounting import Action, action_of
+from .._clients import ClientKind, client_from_handshake
 from .._events import CallEvent
 from .._formats import to_mcp_tool
 from .._meta_tools import CallRelay, Handled, Offload
@@ -108,13 +109,15 @@ class GatewayHandlers:
     def context_for(self, ctx: RequestContext) -> SpawnContext | None:
         """The gateway's own profile (stdio, or `/mcp` with the admin secret), or the spawn whose verified
         claims the router put on the request: the profile comes from the credential, never the request.
-        None for a spawn whose credential has expired since."""
+        The client its MCP handshake names (`clientInfo.name`) gets that client's name budget and tool
+        limit however it was started (a wrapper, `npx`, `bin/claude.exe`). None for a spawn whose
+        credential has expired since."""
         claims = ctx.request.scope.get(SCOPE_KEY) if isinstance(ctx.request, Request) else None
         if claims is None:
-            return self.default
+            return self.default.for_client(client_of(ctx))
         if not isinstance(claims, SpawnClaims) or claims.remaining_s() <= 0:
             return None
-        return self._spawn_context(claims)
+        return self._spawn_context(claims).for_client(client_of(ctx))
 
     # ------------------------------------------------------------------ tools
 
@@ -249,12 +252,19 @@ class GatewayHandlers:
 
     async def notify_legacy(self, contexts: Iterable[SpawnContext]) -> None:
         """Tell every remembered handshake-era session of these endpoints that the tool list changed."""
-        for context in contexts:
+        for context in [each for base in contexts for each in (base, *base.variants.values())]:
             for key, session in list(context.legacy_sessions.items()):
                 try:
                     await session.send_tool_list_changed()
                 except Exception:  # boundary: a gone session must not stop the others hearing of it
                     context.legacy_sessions.pop(key, None)
+
+
+def client_of(ctx: RequestContext) -> ClientKind | None:
+    """The client kind the request's session announced in its handshake (or its 2026-07-28 envelope)."""
+    params = getattr(ctx.session, "client_params", None)
+    info = getattr(params, "client_info", None)
+    return client_from_handshake(getattr(info, "name", None))
 
 
 def session_key(ctx: RequestContext) -> str:

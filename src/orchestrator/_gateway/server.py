@@ -37,6 +37,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 from .._accounting import SessionRecorder
+from .._clients import ClientKind
 from .._config import Settings
 from .._errors import ConfigError, OrchestratorError
 from .._events import Caller, CallEvent, EventListener, MetaEvent
@@ -138,7 +139,7 @@ class Gateway:
         self._limiter = anyio.CapacityLimiter(workers) if workers > 0 else None
         self._lock = threading.Lock()  # views and the catalog-size record: both reached from worker threads
         self._sizes_recorded: str | None = None
-        self._views: dict[str, AgentView] = {}
+        self._views: dict[tuple[str, ClientKind | None], AgentView] = {}
         self._bus = InMemorySubscriptionBus()
         self._notified_version: str | None = None
         self.spawns = SpawnRegistry(settings, self.credentials, self.store, self.history, self.sessions, self._context)
@@ -231,25 +232,35 @@ class Gateway:
         for server, (tools, tokens) in sorted(sizes.items()):
             self.telemetry.record_catalog(server, tools, tokens)
 
-    def _view(self, agent: str) -> AgentView:
+    def _view(self, agent: str, client: ClientKind | None = None) -> AgentView:
         with self._lock:
-            view = self._views.get(agent)
+            view = self._views.get((agent, client))
             if view is None:
-                view = self._views[agent] = AgentView(
+                view = self._views[(agent, client)] = AgentView(
                     self.settings,
                     agent,
                     self.catalog,
                     self.planner,
                     embeddings=self.embeddings,
                     telemetry=self.telemetry,
+                    held=self.manager.held_tools,
+                    client=client,
                 )
             return view
 
     def _context(
-        self, spawn_id: str | None, expires: float | None, task: str, task_id: str, agent: str, recent: list[str]
+        self,
+        spawn_id: str | None,
+        expires: float | None,
+        task: str,
+        task_id: str,
+        agent: str,
+        recent: list[str],
+        client: ClientKind | None = None,
     ) -> SpawnContext:
-        """An endpoint's context: its view, and meta-tools whose events a spawn's history and counts hear."""
-        view = self._view(agent)
+        """An endpoint's context: its view, and meta-tools whose events a spawn's history and counts hear;
+        `client`: the endpoint as a client of that kind sees it (`SpawnContext.for_client`)."""
+        view = self._view(agent, client)
         listeners: list[EventListener] = []
         if spawn_id is not None:
             listeners.append(_history_listener(self.history, task_id))
@@ -268,11 +279,20 @@ class Gateway:
             search_offered=view.search_mode,
             names=view.qualified,
             schema_limits=self.manager.schema_limits,
+            held=view.held,
         )
         context = SpawnContext(spawn_id, expires, task, task_id, view, meta, recent)
         if spawn_id is not None:
             context.session = SessionRecorder()
+        context.make_variant = self._variant
         return context
+
+    def _variant(self, base: SpawnContext, client: ClientKind) -> SpawnContext:
+        """`base` for a client of another kind: its own view and meta-tools, the spawn's session and counts."""
+        variant = self._context(base.id, base.expires, base.task, base.task_id, base.view.agent, base.recent, client)
+        variant.session = base.session
+        variant.make_variant = None
+        return variant
 
     # ------------------------------------------------------------------ spawns (the admin endpoints)
 
@@ -385,17 +405,25 @@ class Gateway:
             self.base_url = None
 
     def health(self) -> dict[str, Any]:
-        """Catalog, server states, open spawns and the worker pool (`GET /health`)."""
+        """Catalog, server states (with their held-back tools), open spawns and the worker pool (`GET /health`)."""
         catalog = self.catalog()
+        statuses = self.manager.status()
         return {
             "status": "ok",
             "agent": self.agent,
             "catalog_version": catalog.version,
             "tools": len(catalog),
             "servers": [
-                {"name": s.name, "state": str(s.state), "tools": s.tools, "error": s.error}
-                for s in self.manager.status()
+                {
+                    "name": s.name,
+                    "state": str(s.state),
+                    "tools": s.tools,
+                    "error": s.error,
+                    "held_tools": [{"name": tool.name, "reason": tool.reason} for tool in s.held_tools],
+                }
+                for s in statuses
             ],
+            "held_tools": sum(len(s.held_tools) for s in statuses),
             "spawns": self.open_spawns,
             "workers": self.workers(),
         }

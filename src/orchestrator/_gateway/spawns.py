@@ -286,8 +286,10 @@ class SpawnRegistry:
         return True
 
     def _finish(self, context: SpawnContext, ended: str) -> SessionCost | None:
-        """Record a spawn's session once it is out of `_spawns` (closed, expired or the gateway stopping)."""
-        return self._sessions.finish(context, context.current_plan(), ended)
+        """Record a spawn's session once it is out of `_spawns` (closed, expired or the gateway stopping), with
+        the plan its client was served (a handshake-named client may have had its own variant)."""
+        served = context.active or context
+        return self._sessions.finish(served, served.current_plan(), ended)
 
     def _finish_quietly(self, context: SpawnContext, ended: str) -> None:
         try:

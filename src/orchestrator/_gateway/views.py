@@ -21,15 +21,16 @@ from mcp.server.session import ServerSession
 from mcp.shared.dispatcher import ProgressFnT
 
 from .._accounting import SessionRecorder
-from .._clients import client_kind, client_rules, name_budget, tool_prefix
+from .._clients import ClientKind, name_budget, session_rules
 from .._config import Settings
 from .._errors import ConfigError
 from .._formats import ClientNames
 from .._meta_tools import MetaTools
-from .._planning import ProfileFilter, SpawnPlan, SpawnPlanner, effective_tool_search
+from .._planning import ProfileFilter, SpawnPlan, SpawnPlanner, effective_tool_search, matches_any
 from .._telemetry import Telemetry
 from ..protocols.mcp._catalog import ToolCatalog
-from ..protocols.mcp._normalization import MIN_NAME_LENGTH
+from ..protocols.mcp._normalization import MIN_NAME_LENGTH, hashed_name
+from ..protocols.mcp._pins import HeldTool
 from ..protocols.mcp._schemas import SchemaLimits
 from ..protocols.mcp._session import LogSink
 from ..protocols.mcp._status import ServerStatus
@@ -57,6 +58,8 @@ class Upstream(Protocol):
     def catalog(self) -> ToolCatalog: ...
 
     def status(self) -> list[ServerStatus]: ...
+
+    def held_tools(self, server: str | None = None) -> list[HeldTool]: ...
 
     def is_ready(self, server: str) -> bool: ...
 
@@ -93,13 +96,18 @@ class AgentView:
         *,
         embeddings: EmbeddingRuntime | None,
         telemetry: Telemetry,
+        held: Callable[[], list[HeldTool]] | None = None,
+        client: ClientKind | None = None,
     ) -> None:
         self.agent = agent
+        self._settings = settings
+        self._same: dict[str, bool] = {}
+        self.client = client
+        """The client kind an agent's handshake announced (None: the profile's own view)."""
         profile = settings.agent(agent)
         self.rules = ProfileFilter.from_profile(profile)
-        self.search_settings = effective_tool_search(settings.mcp.tool_search, profile)
-        self.provider = client_rules(client_kind(profile)).provider
-        self.prefix = tool_prefix(profile, settings.gateway.server_name)
+        self.search_settings = effective_tool_search(settings.mcp.tool_search, profile, client=client)
+        self.prefix, _limit, self.provider = session_rules(profile, settings.gateway.server_name, client)
         self.budget = name_budget(self.prefix)
         if self.budget < MIN_NAME_LENGTH:
             raise ConfigError(
@@ -107,6 +115,7 @@ class AgentView:
                 f"for tool names, fewer than {MIN_NAME_LENGTH}; shorten gateway.server_name or agents.{agent}.tool_prefix"
             )
         self._catalog = catalog
+        self._held = held
         self._planner = planner
         self._visible: tuple[str, ToolCatalog] | None = None
         self._names: tuple[str, ClientNames] | None = None
@@ -131,10 +140,39 @@ class AgentView:
         """The qualified name behind a name this client was given (None: not one of them)."""
         return self.names().qualified(name)
 
+    def same_rules(self, kind: ClientKind) -> bool:
+        """Whether a client of `kind` gets what this view gives (same prefix, tool limit and provider)."""
+        same = self._same.get(kind)
+        if same is None:
+            profile = self._settings.agent(self.agent)
+            theirs = session_rules(profile, self._settings.gateway.server_name, kind)
+            limit = effective_tool_search(self._settings.mcp.tool_search, profile, client=kind).max_tools
+            same = self._same[kind] = (self.prefix, self.search_settings.max_tools, self.provider) == (
+                theirs[0],
+                limit,
+                theirs[2],
+            )
+        return same
+
+    def held(self, name: str) -> str | None:
+        """Why `name` (qualified, the server's own, or the short name this client would have been given) is
+        a tool held back from this profile, or None: a held tool the profile could not see stays unknown."""
+        for tool in self._held() if self._held is not None else ():
+            if not tool.held or not self.rules.allows_server(tool.server):
+                continue
+            if not matches_any(tool.name, self.rules.allow) or matches_any(tool.name, self.rules.deny):
+                continue
+            short = (
+                hashed_name(tool.server, tool.tool, max_length=self.budget) if len(tool.name) > self.budget else None
+            )
+            if name in (tool.name, tool.tool, short):
+                return tool.reason
+        return None
+
     def plan(self, task: str, task_id: str | None, recent: list[str], *, record: bool) -> SpawnPlan:
         """This profile's plan for a task over the current catalog (`record`: count the spawn in telemetry)."""
         return self._planner.plan(
-            task, self.agent, self._catalog(), recent_tools=recent, task_id=task_id, record=record
+            task, self.agent, self._catalog(), recent_tools=recent, task_id=task_id, record=record, client=self.client
         )
 
     def search_mode(self) -> bool:
@@ -164,6 +202,26 @@ class SpawnContext:
     opened: float = field(default_factory=time.monotonic)
     session: SessionRecorder | None = None
     """A spawn's rounds and requests (session accounting); None for the gateway's own endpoint."""
+    variants: dict[str, SpawnContext] = field(default_factory=dict)
+    """This endpoint as seen by clients whose handshake named a kind with stricter rules (`for_client`)."""
+    make_variant: Callable[[SpawnContext, ClientKind], SpawnContext] | None = None
+    active: SpawnContext | None = None
+    """The variant that served the latest request (its plan is the one the agent used)."""
+
+    def for_client(self, kind: ClientKind | None) -> SpawnContext:
+        """This endpoint for a client of `kind` (from its MCP handshake): itself when that client's names and
+        limits are no stricter than the profile's, else a variant with the client's name budget, tool
+        limit and schema rules, sharing this spawn's session, history and counts."""
+        if kind is None or self.make_variant is None:
+            return self
+        if self.view.same_rules(kind):
+            self.active = None
+            return self
+        variant = self.variants.get(kind)
+        if variant is None:
+            variant = self.variants[kind] = self.make_variant(self, kind)
+        self.active = variant
+        return variant
 
     def current_plan(self, *, record: bool = False) -> SpawnPlan:
         """The plan for the current catalog, re-planned only when the visible tools change. `record`: count

@@ -29,6 +29,7 @@ __all__ = [
     "CATALOG_TOOLS",
     "CLIENT_OPERATION_DURATION",
     "FALLBACK_KINDS",
+    "HELD_KINDS",
     "METER_NAME",
     "RANKINGS",
     "SEARCH_DURATION",
@@ -47,7 +48,10 @@ __all__ = [
     "SPAWN_MODES",
     "SPAWN_TOKENS_SAVED",
     "SPAWN_TOKENS_SENT",
+    "TOOLS_HELD",
     "TOOL_CALLS",
+    "TOOL_CHANGES",
+    "TOOL_CHANGE_ACTIONS",
     "CallResult",
     "SearchOutcome",
     "SpawnMode",
@@ -69,6 +73,11 @@ tools (`hit`) or none (`miss`), expand_tools calls, tool calls."""
 SERVER_STATES: tuple[str, ...] = ("starting", "ready", "degraded", "restarting", "failed", "stopped")
 """The states of `ServerState` (`state` attribute of `mcp_server_state`)."""
 RANKINGS: tuple[str, ...] = ("lexical", "hybrid")
+HELD_KINDS: tuple[str, ...] = ("changed", "new", "flagged")
+"""Why a tool is held back (`kind` attribute of `mcp_tools_held`): its definition changed since it was
+pinned, it is new on a pinned server, or its text reads as instructions to the model."""
+TOOL_CHANGE_ACTIONS: tuple[str, ...] = ("held", "accepted")
+"""What happened to a changed, new or flagged tool (`action` attribute of `mcp_tool_changes`)."""
 """The ranking that answered a search (`ranking` attribute of the search metrics)."""
 FALLBACK_KINDS: tuple[str, ...] = (
     "disabled",
@@ -101,6 +110,8 @@ CLIENT_OPERATION_DURATION = "mcp.client.operation.duration"
 CATALOG_TOOLS = "mcp_catalog_tools"
 CATALOG_TOKENS = "mcp_catalog_tokens"
 SERVER_STATE = "mcp_server_state"
+TOOLS_HELD = "mcp_tools_held"
+TOOL_CHANGES = "mcp_tool_changes"
 SESSION_ROUNDS = "orchestrator_session_rounds"
 SESSION_ACTIONS = "orchestrator_session_actions"
 SESSION_TOKENS_SENT = "orchestrator_session_tokens_sent"
@@ -234,6 +245,8 @@ class _ServerInstruments:
     catalog_tools: metrics._Gauge
     catalog_tokens: metrics._Gauge
     state: metrics._Gauge
+    held: metrics._Gauge
+    changes: metrics.Counter
 
     @classmethod
     def create(cls, meter: metrics.Meter) -> _ServerInstruments:
@@ -246,6 +259,14 @@ class _ServerInstruments:
             ),
             state=meter.create_gauge(
                 SERVER_STATE, unit="{state}", description="1 for the state a server is in, 0 for its other states"
+            ),
+            held=meter.create_gauge(
+                TOOLS_HELD, unit="{tool}", description="Tools of a server held back from agents, by why (kind)"
+            ),
+            changes=meter.create_counter(
+                TOOL_CHANGES,
+                unit="{tool}",
+                description="Changed, new or flagged tools of pinned servers, by what happened (held or accepted)",
             ),
         )
 
@@ -398,6 +419,16 @@ class Telemetry:
         _check(state, SERVER_STATES, "server state")
         for each in SERVER_STATES:
             self._servers.state.set(1 if each == state else 0, {"server": server, "state": each})
+
+    def record_held(self, server: str, counts: dict[str, int]) -> None:
+        """How many of `server`'s tools are held back now, by kind (one of HELD_KINDS; 0 for the others)."""
+        for kind in HELD_KINDS:
+            self._servers.held.set(max(0, counts.get(kind, 0)), {"server": server, "kind": kind})
+
+    def record_tool_change(self, server: str, action: str) -> None:
+        """One changed, new or flagged tool of `server` was held back or accepted (TOOL_CHANGE_ACTIONS)."""
+        _check(action, TOOL_CHANGE_ACTIONS, "tool change action")
+        self._servers.changes.add(1, {"server": server, "action": action})
 
     def record_session(
         self,

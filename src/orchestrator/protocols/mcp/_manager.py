@@ -11,13 +11,15 @@ Ctrl-C/cancellation) cancels that group, which stops every child process it star
 manager in the same task.
 
 `version` rises whenever any server's offered tool list changes (a re-list after `list_changed`, a
-server coming up, a server that never came up failing); listeners registered with `add_listener` hear
-every new version. A server that dies is restarted with backoff, forever, and keeps its tools in the
+server coming up, a server that never came up failing, a held-back tool approved); listeners registered
+with `add_listener` hear every new version. What is offered passes the `ToolGuard` (`_pins.py`): a tool
+that changed since its server's first listing, or reads as instructions to the model, is held back. A server that dies is restarted with backoff, forever, and keeps its tools in the
 catalog meanwhile, so names and plans do not flap (docs/servers.md: states, backoff, circuit breaker).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import time
@@ -27,16 +29,19 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 import mcp.types as types
 from mcp import Client
 from mcp.shared.dispatcher import ProgressFnT
 
 from ..._config import MCPSettings, Settings
-from ..._errors import ServerError, ToolCallTimeout, ToolExecutionError, TransportError
+from ..._errors import ServerError, ToolCallError, ToolCallTimeout, ToolExecutionError, TransportError
+from ..._store import MemoryStore, Store
 from ..._telemetry import CallResult, Telemetry
 from ._cache import ToolListCache
 from ._catalog import ToolCatalog
 from ._connection import ServerConnection
+from ._pins import HeldTool, ToolGuard
 from ._schemas import SchemaLimits
 from ._session import LogSink
 from ._status import SERVING, Circuit, DroppedTool, ServerState, ServerStatus
@@ -47,6 +52,10 @@ __all__ = ["Circuit", "DroppedTool", "Listener", "MCPManager", "ServerState", "S
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+PIN_POLL_S = 2.0
+"""While tools are held back, how often the store is asked whether one was approved elsewhere (the CLI, a
+replica): an approval reaches every running manager within about this long."""
 
 Listener = Callable[[int], Awaitable[None] | None]
 """Called with the new `version` after every tool-list change; may be sync or async."""
@@ -63,6 +72,7 @@ class MCPManager:
         wait: bool = True,
         transport_factory: TransportFactory = default_transport,
         telemetry: Telemetry | None = None,
+        store: Store | None = None,
     ) -> None:
         """
         Args:
@@ -74,6 +84,8 @@ class MCPManager:
             transport_factory: opens each session's transport (default: what the config says; tests
                 pass the SDK's in-memory transport to in-process servers).
             telemetry: where calls are counted (default: OpenTelemetry's global providers).
+            store: where tool definitions are pinned (default: in memory, this manager only: the first
+                listing it sees is trusted). `open_store(settings)` shares pins with the CLI and replicas.
 
         Raises:
             ServerError: a name in `servers` is not configured.
@@ -90,6 +102,8 @@ class MCPManager:
         self._wait = wait
         self._cache = ToolListCache(mcp_settings.tool_cache_dir()) if mcp_settings.warm_start else None
         self.telemetry = telemetry if telemetry is not None else Telemetry()
+        self.guard = ToolGuard(self._configs, store if store is not None else MemoryStore(), self.telemetry)
+        """Pinned definitions and held-back tools (`_pins.py`)."""
         self._catalog: ToolCatalog | None = None
         self._catalog_version = -1
         self.schema_limits = SchemaLimits(
@@ -133,6 +147,7 @@ class MCPManager:
             for connection in self._connections.values():
                 connection.prepare()
                 task_group.start_soon(connection.run, name=f"mcp-server:{connection.name}")
+            task_group.start_soon(self._watch_pins, name="mcp-pins")
             if self._wait:
                 for connection in self._connections.values():
                     await connection.wait_settled()
@@ -181,8 +196,41 @@ class MCPManager:
         for name in sorted(self._connections):
             tools = self._connections[name].visible_tools()
             if tools is not None:
-                lists[name] = [dict(tool) for tool in tools]
+                lists[name] = [dict(tool) for tool in self.guard.offered(name, tools)]
+            else:
+                self.guard.forget(name)
         return lists
+
+    def held_tools(self, server: str | None = None) -> list[HeldTool]:
+        """Tools held back from agents (and tools offered although flagged, `held` False), by name: a
+        definition that changed since it was pinned, a new tool of a pinned server, or one the detector
+        flagged. `tools audit` lists them; `approve` lets them through."""
+        self.catalog()  # decides every current listing (once per version)
+        return self.guard.held(server)
+
+    def approve(self, tools: list[HeldTool]) -> list[HeldTool]:
+        """Pin these held-back definitions as reviewed, in the store (every replica sees it), and offer
+        them: the catalog's version rises."""
+        approved = self.guard.approve(tools)
+        if approved:
+            self._bump()
+        return approved
+
+    async def _watch_pins(self) -> None:
+        """While anything is held back, notice an approval made elsewhere (the store's pin epoch moved) and
+        re-decide the listings."""
+        await anyio.to_thread.run_sync(self.guard.refresh)
+        while True:
+            await anyio.sleep(PIN_POLL_S)
+            if not self.guard.has_held():
+                continue
+            try:
+                changed = await anyio.to_thread.run_sync(self.guard.refresh)
+            except Exception:  # boundary: a store that cannot be read leaves the tools held, never the manager down
+                logger.warning("reading tool pins failed; held-back tools stay held", exc_info=True)
+                continue
+            if changed:
+                self._bump()
 
     def catalog(self) -> ToolCatalog:
         """The normalized catalog of every offered tool, rebuilt only when `version` has moved."""
@@ -197,10 +245,14 @@ class MCPManager:
     def status(self) -> list[ServerStatus]:
         """One snapshot per selected server (disabled ones as `stopped`), sorted by name."""
         statuses = []
+        held: dict[str, list[HeldTool]] = {}
+        for tool in self.held_tools():
+            if tool.held:
+                held.setdefault(tool.server, []).append(tool)
         for name, config in self._configs.items():
             connection = self._connections.get(name)
             if connection is not None:
-                statuses.append(connection.status())
+                statuses.append(dataclasses.replace(connection.status(), held_tools=tuple(held.get(name, ()))))
             else:
                 statuses.append(
                     ServerStatus(
@@ -258,6 +310,7 @@ class MCPManager:
         Raises:
             ServerError: the server is unknown, disabled, stopped, failed (`failed: <reason>; retry in N s`),
                 or not up within its `startup_timeout_s` (`restarting (<reason>); retry in N s`).
+            ToolCallError: the tool is held back (its definition changed, or it reads as instructions).
             ToolCallTimeout: no answer within `call_timeout_s`; a probe then checks the connection and
                 restarts it if it no longer answers at all.
             ToolExecutionError: the tool reported an error (`.result` holds the isError result), or the
@@ -266,6 +319,9 @@ class MCPManager:
                 manager restarts the server in the background.
         """
         connection = self._connection(server)
+        held = self.guard.held_reason(server, tool)
+        if held is not None:
+            raise ToolCallError(server, tool, f"held back: {held} (orchestrator tools approve)")
         started = time.perf_counter()
 
         def record(result: CallResult) -> None:

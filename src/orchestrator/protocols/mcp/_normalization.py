@@ -69,6 +69,19 @@ _ROLE_LINE = re.compile(
 )
 """A line that could read as a new role turn, a chat-template token or a role/instructions section.
 Ordinary headings, XML-ish tags such as <examples> and rules stay: real descriptions use them."""
+_HEADING = re.compile(r"^\s{0,3}#{1,6}(?:\s|$)")
+"""A markdown heading: in a prompt it would start a section of the prompt itself (`## Tools`)."""
+_LISTING = re.compile(r"^\s*[A-Za-z0-9_.-]+\s+[-–—]\s+\S")
+"""A line shaped like orchestrator's directory (`name - summary`): a fake tool entry."""
+_BLOCK_FENCE = re.compile(rf"^\s*(?:```|~~~)\s*{_ROLES}\b", re.IGNORECASE)
+"""A code fence labelled as a role or instructions (```system)."""
+_PROMPT_TAG = re.compile(
+    rf"<(/?\s*(?:{_ROLES}|important|hidden|im_start|im_end|tool_description|tool_result|tool_use|function_calls|"
+    r"function_results|functions?|antml:[\w-]+)\b[^<>\n]{0,200})>|<\|([^|<>\n]{0,40})\|>",
+    re.IGNORECASE,
+)
+"""Tags a prompt is framed with (roles, instructions, tool descriptions and results) and chat-template
+tokens, anywhere in a line: shown with ‹ › so they cannot open or close a block around the text."""
 _SCHEMA_TEXT_KEYS = ("description", "title")
 
 _PART = re.compile(r"[A-Za-z0-9_-]+")
@@ -147,28 +160,47 @@ def sanitize_text(text: object, limit: int = DESCRIPTION_LIMIT) -> str:
     The one sanitizer every path to a model or a terminal goes through (full mode, pinned tools,
     expand_tools, every provider format, `tools expand`): terminal escape sequences, control, format
     (zero-width, bidi), surrogate, private-use and unassigned characters are removed; line separators
-    become newlines and other odd whitespace a space (spaces, tabs and indentation stay); a line that could fake a role turn, a chat-template
-    token or a prompt section (`SYSTEM:`, `### `, `<|im_start|>`, `[INST]`, `---`) is joined to the line
-    before it (heading marks dropped), so it reads as text inside the description, or quoted (`> `) when
-    it is the first line or the joined line would still read as one; blank-line runs shrink to two; the result is cut at `limit` characters (at a
-    word boundary) with a marker saying how much was left out. Pure; idempotent below the limit.
+    become newlines and other odd whitespace a space (spaces, tabs and indentation stay). Then nothing in
+    the text can imitate the structure around it (`inert_lines`): a line that could fake a role turn or a
+    chat-template token (`SYSTEM:`, `<|im_start|>`, `[INST]`) is joined to the line before it; a heading
+    (`## Tools`), a line shaped like a directory entry (`name - summary`) or a fence labelled as a role is
+    quoted (`> `, heading marks dropped); role, instruction and tool-framing tags anywhere become ‹tag›.
+    Blank-line runs shrink to two; the result is cut at `limit` characters (at a word boundary) with a
+    marker saying how much was left out. Pure; idempotent below the limit.
     """
     if text is None or limit <= 0:
         return ""
     raw = text if isinstance(text, str) else str(text)
     raw = _ANSI.sub("", raw.replace("\r\n", "\n"))
     kept = "".join(_text_char(char) for char in raw) if not raw.isascii() else raw.translate(_ASCII_TEXT)
+    result = "\n".join(inert_lines(kept.split("\n")))
+    if len(result) <= limit:
+        return result
+    cut = result[:limit]
+    space = max(cut.rfind(" "), cut.rfind("\n"))
+    if space >= limit * _WORD_BREAK_MIN:
+        cut = cut[:space]
+    return cut.rstrip() + TRUNCATION_MARK.format(omitted=len(result) - len(cut.rstrip()))
+
+
+def inert_lines(raw_lines: Iterable[str]) -> list[str]:
+    """Lines of tool text that cannot imitate the prompt around them (see `sanitize_text`)."""
     lines: list[str] = []
     blank = 0
     fenced = False  # inside a ``` code block, where `# comment` lines are code, not headings
-    for line in kept.split("\n"):
+    for line in raw_lines:
         if not line.strip():
             blank += 1
             if blank <= MAX_BLANK_LINES:
                 lines.append(line)
             continue
         blank = 0
-        if line.lstrip().startswith("```"):
+        if "<" in line:
+            line = _PROMPT_TAG.sub(_escape_tag, line)
+        if _BLOCK_FENCE.match(line):
+            line = f"{QUOTE_MARK}{line.strip()}"
+            fenced = not fenced
+        elif line.lstrip().startswith(("```", "~~~")):
             fenced = not fenced
         elif _fakes_a_turn(line, fenced):
             line = line.strip().lstrip("#").strip()  # a heading keeps its words, not its marks
@@ -178,15 +210,19 @@ def sanitize_text(text: object, limit: int = DESCRIPTION_LIMIT) -> str:
                 line = f"{lines.pop().rstrip()} {line}"
             if _fakes_a_turn(line, fenced):  # the first line, or a join that reads as one ("#" + "SYSTEM:")
                 line = f"{QUOTE_MARK}{line}"
+        elif _HEADING.match(line) and not (fenced and not line.lstrip().startswith("##")):
+            heading = line.strip().lstrip("#").strip()
+            if heading:  # a bare "##" titles nothing
+                line = f"{QUOTE_MARK}{heading}"
+        elif _LISTING.match(line):
+            line = f"{QUOTE_MARK}{line.strip()}"
         lines.append(line)
-    result = "\n".join(lines)
-    if len(result) <= limit:
-        return result
-    cut = result[:limit]
-    space = max(cut.rfind(" "), cut.rfind("\n"))
-    if space >= limit * _WORD_BREAK_MIN:
-        cut = cut[:space]
-    return cut.rstrip() + TRUNCATION_MARK.format(omitted=len(result) - len(cut.rstrip()))
+    return lines
+
+
+def _escape_tag(found: re.Match[str]) -> str:
+    inner = found.group(1)
+    return f"‹{inner}›" if inner is not None else f"‹|{found.group(2)}|›"
 
 
 def sanitize_schema(schema: Any, limit: int = DESCRIPTION_LIMIT) -> Any:

@@ -11,7 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._pins import HeldTool
 
 __all__ = ["ERROR_LIMIT", "SERVING", "Circuit", "DroppedTool", "ServerState", "ServerStatus"]
 
@@ -87,6 +90,8 @@ class ServerStatus:
     """Tools of the last listing that could not be offered, each with its reason."""
     line_faults: Mapping[str, int] = field(default_factory=dict, hash=False)
     """stdio: stdout lines skipped (or repaired, `invalid_utf8`) since the manager started, by reason."""
+    held_tools: tuple[HeldTool, ...] = ()
+    """Tools of its listing held back from agents, each with its reason (`_pins.py`)."""
 
     @property
     def retry_in_s(self) -> float | None:
@@ -109,6 +114,7 @@ class ServerStatus:
             "retry_in_s": None if self.retry_in_s is None else round(self.retry_in_s, 1),
             "dropped_tools": [{"name": tool.name, "reason": tool.reason} for tool in self.dropped_tools],
             "line_faults": dict(self.line_faults),
+            "held_tools": [tool.as_dict() for tool in self.held_tools],
             "listed_at": self.listed_at.isoformat() if self.listed_at else None,
             "from_cache": self.from_cache,
             "protocol_version": self.protocol_version,

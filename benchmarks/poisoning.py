@@ -1,0 +1,127 @@
+"""The tool-poisoning detector: detection by attack class, false positives, and time over the real tools.
+
+    .venv/bin/python benchmarks/poisoning.py
+
+Attacks: the 102 published definitions of ../shared/data/poisoning (sources in its README), and the sets
+written for this project in other words (tests/data/poisoning, sources in its README). Benign: every tool
+of ../shared/data/catalogs (590) and catalog-variants, each listing scanned as a server lists it.
+
+Time: CPU time (`time.process_time`, best of RUNS) of `scan_tools` over each of the 29 real listings, cold
+(nothing cached between runs), next to a reference workload measured in the same run (80 substring counts
+over the same text) so a figure taken on a busy machine can be read against an idle one.
+
+Targets: 0 false positives; under 50 ms for the 590 tools.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from _common import DATA, REPO, add_results_flag, report_targets, run_recorded, table
+from orchestrator.protocols.mcp._catalog import read_snapshot
+from orchestrator.protocols.mcp._poisoning import scan_tool, scan_tools
+
+RUNS = 9
+OWN = REPO / "tests" / "data" / "poisoning"
+SETS = (
+    ("published", DATA / "poisoning" / "published-attacks.jsonl"),
+    ("heldout", OWN / "heldout.jsonl"),
+    ("blind", OWN / "blind.jsonl"),
+    ("blind2", OWN / "blind2.jsonl"),
+    ("blind3", OWN / "blind3.jsonl"),
+)
+FIRST_SCANS = {"blind": "12/24", "blind2": "14/24", "blind3": "7/20"}
+"""Each blind set's result when it was first scanned, before any rule changed for it (the only unbiased
+figures: every later figure is after tuning on that set)."""
+_CORPUS_KEYS = {
+    "id",
+    "attack_class",
+    "payload_location",
+    "source",
+    "notes",
+    "payload_in_description",
+    "extra_fields",
+    "server",
+}
+TARGET_MS = 50.0
+
+
+def tool_of(row: dict[str, Any]) -> dict[str, Any]:
+    tool = {key: value for key, value in row.items() if key not in _CORPUS_KEYS}
+    tool.update(row.get("extra_fields") or {})
+    return tool
+
+
+def detection(path: Path) -> tuple[list[list[Any]], int, int]:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    found: Counter[str] = Counter()
+    total: Counter[str] = Counter()
+    missed: dict[str, list[str]] = {}
+    for row in rows:
+        total[row["attack_class"]] += 1
+        if scan_tool(tool_of(row)):
+            found[row["attack_class"]] += 1
+        else:
+            missed.setdefault(row["attack_class"], []).append(row["id"])
+    lines = [
+        [
+            kind,
+            f"{found[kind]}/{total[kind]}",
+            f"{found[kind] / total[kind]:.0%}",
+            ", ".join(missed.get(kind, [])) or "-",
+        ]
+        for kind in sorted(total)
+    ]
+    return lines, sum(found.values()), len(rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_results_flag(parser)
+    parser.parse_args()
+    for name, path in SETS:
+        lines, hits, size = detection(path)
+        first = f"; first scan, before tuning on it: {FIRST_SCANS[name]}" if name in FIRST_SCANS else ""
+        print(f"\n{name} ({path.relative_to(path.parents[2])}): {hits}/{size} detected ({hits / size:.0%}){first}")
+        table(["class", "found", "rate", "missed"], lines)
+
+    listings = []
+    flagged = []
+    for folder in ("catalogs", "catalog-variants"):
+        for server, tools in read_snapshot(DATA / folder).items():
+            if folder == "catalogs":
+                listings.append(tools)
+            for tool, findings in zip(tools, scan_tools(tools), strict=True):
+                flagged += [f"{folder}/{server}/{tool.get('name')}: {finding}" for finding in findings]
+    tools = sum(len(listing) for listing in listings)
+    print(f"\nfalse positives over {tools} real tools and the catalog variants: {len(flagged)}")
+    for line in flagged:
+        print(f"  {line}")
+
+    best = min(_timed(lambda: [scan_tools(listing) for listing in listings]) for _ in range(RUNS))
+    text = "\n".join(json.dumps(listing) for listing in listings).lower()
+    words = ["user", "when", "other", "before", "token", "secret", "ignor", "system", "passw", "instruction"] * 8
+    reference = min(_timed(lambda: [text.count(word) for word in words]) for _ in range(RUNS))
+    print(f"\nscan of the {tools} real tools (29 listings): {best * 1000:.1f} ms CPU (best of {RUNS})")
+    print(f"reference, 80 substring counts over the same JSON: {reference * 1000:.1f} ms CPU")
+    return report_targets(
+        [
+            ("0 false positives over the real tools and variants", not flagged),
+            (f"{tools} real tools scanned in {best * 1000:.1f} ms (< {TARGET_MS:.0f} ms)", best * 1000 < TARGET_MS),
+        ]
+    )
+
+
+def _timed(work: Any) -> float:
+    started = time.process_time()
+    work()
+    return time.process_time() - started
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_recorded(main))

@@ -1,0 +1,243 @@
+"""Instructions aimed at the model in what a server says about its tools: a local, offline detector.
+
+    scan_tools(tools) -> [findings per tool]   one server's listing (its tools are each other's own names)
+    scan_tool(tool, own=names)                 one tool
+
+Every string of a tool is read (name, title, description, every schema key and value, annotations and
+any other key), because a poisoned tool hides its payload wherever a model will read it. The rules
+(`_poisoning_rules.py`) look for the shape and intent of an instruction, not for known payloads: blocks
+addressed to the model (`<IMPORTANT>`, comments, `[SYSTEM: ...]`, chat-template tokens), role turns,
+orders to disregard instructions or safeguards, to read credential files or move secrets and the
+conversation into an argument or an address, to hide something from the user, to change how other
+servers' tools are used; invisible, bidirectional and mixed-script characters; text imitating
+orchestrator's own prompt; and hex or base64 payloads, decoded and read again.
+
+No detector catches everything: a description that only praises itself, or an address offered as a
+default, reads like any other. Pinned definitions (`_pins.py`) hold back every change whatever it says,
+so a rug pull is caught by the change, not by its wording.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import _poisoning_rules as rules
+from ._normalization import one_line
+
+__all__ = ["FINDING_KINDS", "Finding", "scan_tool", "scan_tools"]
+
+FINDING_KINDS: dict[str, str] = rules.KINDS
+"""Each kind of finding and what it means, for `tools audit` and docs/security.md."""
+EXCERPT_CHARS = 100
+"""Longest excerpt of the offending text kept with a finding (one line, sanitized)."""
+_SCHEMA_WORDS = frozenset(
+    "type string object number integer boolean array null description properties required items title "
+    "default enum const format minimum maximum minLength maxLength minItems maxItems pattern additionalProperties "
+    "anyOf oneOf allOf not $schema $ref $defs definitions examples uniqueItems exclusiveMinimum exclusiveMaximum "
+    "inputSchema outputSchema annotations name readOnlyHint destructiveHint idempotentHint openWorldHint "
+    "patternProperties propertyNames minProperties maxProperties multipleOf nullable deprecated".split()
+)
+"""JSON-schema and MCP keywords: keys every tool has, never read as identifiers."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One piece of a tool's text that reads as an instruction to the model."""
+
+    kind: str
+    """One of FINDING_KINDS."""
+    where: str
+    """Where in the tool it sits: `description`, `name`, `inputSchema.properties.notes.description`..."""
+    excerpt: str
+    """The text around it, one line, at most EXCERPT_CHARS characters."""
+
+    def __str__(self) -> str:
+        return f"{self.kind} in {self.where}: {self.excerpt}"
+
+    def as_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "where": self.where, "excerpt": self.excerpt}
+
+
+def scan_tool(tool: Mapping[str, Any], *, own: Collection[str] = ()) -> tuple[Finding, ...]:
+    """What in one tool reads as an instruction to the model; `own` names the tools and parameters of its
+    server (a directive about one of them is ordinary documentation, about another server's is not)."""
+    return scan_tools([tool], own=own)[0]
+
+
+def scan_tools(tools: Sequence[Mapping[str, Any]], *, own: Collection[str] = ()) -> list[tuple[Finding, ...]]:
+    """Findings for each tool of one server's listing, in order (empty tuples for clean tools).
+
+    Every name, key and one-word value of the listing (and `own`) counts as the server's own: a
+    description may tell the model how to use its siblings. Never raises on odd input: non-dict tools
+    have no findings.
+    """
+    text = _Text(own)
+    for index, tool in enumerate(tools):
+        if isinstance(tool, Mapping):
+            text.add_tool(index, tool if isinstance(tool, dict) else dict(tool))
+    found: list[dict[tuple[str, str], Finding]] = [{} for _ in tools]
+
+    def add(index: int, kind: str, value: str, excerpt: str) -> None:
+        where = _where(tools[index], value)
+        found[index].setdefault((kind, where), Finding(kind, where, one_line(excerpt, EXCERPT_CHARS)))
+
+    names = text.names.joined()
+    for channel, hits in (
+        (text.prose, rules.scan(text.prose.joined(), text.own)),
+        (text.names, rules.scan_identifiers(names, text.own)),
+        # Identifiers read as words: 'ignore_previous_instructions' is the order it spells.
+        (text.names, rules.scan(names.replace("_", " ").replace("-", " "), text.own, identifiers=True)),
+    ):
+        for hit in hits:
+            index, value = channel.locate(hit.start)
+            add(index, hit.kind, value, hit.excerpt)
+    for index, identifier in text.foreign:
+        if rules.mixed_script(identifier):
+            add(index, "mixed-script", identifier, identifier)
+    for index, value, kind in text.misplaced:
+        add(index, kind, value, value)
+    return [tuple(findings.values()) for findings in found]
+
+
+class _Channel:
+    """Strings joined into one text (a separator between them), each remembered with its tool."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.origins: list[tuple[int, str]] = []
+        """(tool index, the string as the tool has it) of each part."""
+
+    def joined(self) -> str:
+        joined = rules.SEPARATOR.join(self.parts)
+        self._starts = list(
+            itertools.accumulate((len(part) + len(rules.SEPARATOR) for part in self.parts[:-1]), initial=0)
+        )
+        return joined
+
+    def locate(self, offset: int) -> tuple[int, str]:
+        """The tool index and original string of the part holding `offset` of `joined()`."""
+        position = max(0, bisect.bisect_right(self._starts, offset) - 1)
+        return self.origins[position]
+
+
+class _Text:
+    """A listing's strings in two channels: prose as it is, identifiers (names, keys and one-word values)
+    lowercased, one per line, read word by word (`content_from_reading_ssh_id_rsa` is an order).
+
+    The walk keeps no paths (a path per string cost more than the whole scan): a finding's place in its
+    tool is looked up afterwards (`_where`)."""
+
+    def __init__(self, own: Collection[str]) -> None:
+        self.prose = _Channel()
+        self.names = _Channel()
+        self.own: set[str] = {name.lower() for name in own}
+        """Every identifier of the listing (lowercased): what the server's own text may refer to."""
+        self.foreign: list[tuple[int, str]] = []
+        """(tool index, identifier) of identifiers with non-ASCII letters: checked for mixed scripts."""
+        self.misplaced: list[tuple[int, str, str]] = []
+        """(tool index, value, kind) of values a schema does not expect where they are (`_misplaced`)."""
+        self._seen: set[str] = set()
+
+    def add_tool(self, index: int, tool: dict[str, Any]) -> None:
+        self._seen = set()
+        self._visit(index, tool, "", 0)
+        self.own.update(value.lower() for value in self._seen)
+
+    def _visit(self, index: int, node: dict[str, Any] | list[Any], parent: str, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            return
+        string = self._string
+        if isinstance(node, dict):
+            for key, child in node.items():
+                if type(key) is not str:
+                    key = str(key)
+                if key not in _SCHEMA_WORDS:
+                    string(index, key)
+                kind = type(child)
+                if kind is str:
+                    if child and child not in _SCHEMA_WORDS:
+                        if key in _CHECKED_KEYS:
+                            self._check_place(index, child, key, False)
+                        string(index, child)
+                elif kind is dict or kind is list:
+                    self._visit(index, child, key, depth + 1)
+                elif isinstance(child, Mapping | tuple):
+                    self._visit(index, dict(child) if isinstance(child, Mapping) else list(child), key, depth + 1)
+            return
+        for child in node:
+            kind = type(child)
+            if kind is str:
+                if child and child not in _SCHEMA_WORDS:
+                    if parent == "required":
+                        self._check_place(index, child, parent, True)
+                    string(index, child)
+            elif kind is dict or kind is list:
+                self._visit(index, child, parent, depth + 1)
+            elif isinstance(child, Mapping | tuple):
+                self._visit(index, dict(child) if isinstance(child, Mapping) else list(child), parent, depth + 1)
+
+    def _string(self, index: int, value: str) -> None:
+        if len(value) > rules.IDENTIFIER_CHARS or " " in value or "\n" in value:
+            self.prose.parts.append(rules.without_separators(value))
+            self.prose.origins.append((index, value))
+            return
+        if value in self._seen:
+            return
+        self._seen.add(value)
+        if value.isascii() and value.isprintable():
+            self.names.parts.append(value.lower())
+            self.names.origins.append((index, value))
+            return
+        if not value.isascii():
+            self.foreign.append((index, value))
+        self.prose.parts.append(rules.without_separators(value))
+        self.prose.origins.append((index, value))
+
+    def _check_place(self, index: int, value: str, key: str, in_list: bool) -> None:
+        kind = _misplaced(value, key, in_list)
+        if kind is not None:
+            self.misplaced.append((index, value, kind))
+
+
+MAX_DEPTH = 256
+"""Deepest nesting walked (the schema limits keep listed tools far shallower; a snapshot file may not)."""
+_CHECKED_KEYS = frozenset(("type", "default", "const", "required"))
+_JSON_TYPES = frozenset(("string", "number", "integer", "boolean", "object", "array", "null"))
+
+
+def _misplaced(value: str, key: str, in_list: bool) -> str | None:
+    """Text a schema does not hold there: a sentence as a `required` name or a `type`, or a fixed e-mail
+    address as a parameter's default (the model sends to it unless told otherwise)."""
+    if in_list and key == "required" and (" " in value or "\n" in value):
+        return "schema-misuse"
+    if key == "type" and not in_list and value not in _JSON_TYPES and " " in value:
+        return "schema-misuse"
+    if key in ("default", "const") and not in_list and "@" in value and rules.EMAIL.search(value):
+        return "exfil-destination"
+    return None
+
+
+def _where(tool: Any, value: str) -> str:
+    """The first place in `tool` holding `value` as a key or a string: `inputSchema.properties.notes.description`."""
+    stack: list[tuple[Any, tuple[str, ...]]] = [(tool, ())]
+    while stack:
+        node, path = stack.pop(0)
+        if isinstance(node, Mapping):
+            for key, child in node.items():
+                if str(key) == value:
+                    return ".".join((*path, str(key)))
+                if child == value and isinstance(child, str):
+                    return ".".join((*path, str(key))) or "name"
+                if isinstance(child, Mapping | list | tuple):
+                    stack.append((child, (*path, str(key))))
+        elif isinstance(node, list | tuple):
+            for position, child in enumerate(node):
+                if child == value and isinstance(child, str):
+                    return ".".join((*path, str(position)))
+                if isinstance(child, Mapping | list | tuple):
+                    stack.append((child, (*path, str(position))))
+    return "name"
