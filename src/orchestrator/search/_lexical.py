@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
@@ -25,6 +25,7 @@ import Stemmer
 from rank_bm25 import BM25Okapi
 
 from ..protocols.mcp._catalog import ToolEntry
+from ._postings import EPSILON, Batch, Corpus, idf
 from ._tuning import BM25_B, BM25_K1, WORD_FORM_WEIGHT
 
 __all__ = [
@@ -253,65 +254,46 @@ def _collect_schema_texts(schema: Any, depth: int, names: list[str], description
         _collect_schema_texts(items, depth, names, descriptions)
 
 
-@dataclass(frozen=True)
-class _Corpus:
-    """Corpus statistics counted with array operations, what BM25Okapi's `_initialize` would count from
-    documents whose words carry weights."""
-
-    size: int
-    doc_len: list[float]
-    """Weighted length of each document: the sum of its term frequencies."""
-    doc_freq: dict[str, int]
-    """term -> number of documents containing it."""
-    pair_docs: np.ndarray
-    pair_terms: np.ndarray = field(repr=False)
-    pair_freqs: np.ndarray = field(repr=False)
-    """(document, term id, weighted frequency) for every distinct term of every document, term-major."""
-    terms_by_id: list[str] = field(repr=False)
-
-
 class _Okapi(BM25Okapi):  # type: ignore[misc]  # rank_bm25 ships no types: BM25Okapi is Any to mypy
-    """rank-bm25's BM25Okapi over statistics counted with numpy instead of per-token Python loops.
+    """rank-bm25's BM25Okapi over an index's statistics, for checking the index against the library's own
+    `get_scores`: one document per slot (a free slot is an empty document), the index's idf (floor
+    included) for every term, its average length, k1 and b. `doc_freqs` is built on first use."""
 
-    The library computes idf (with its epsilon floor) and holds k1, b, avgdl and the document lengths;
-    `doc_freqs` (weighted frequencies), read only by `get_scores` and `get_batch_scores`, is built on first
-    use, so the library's own scoring stays available to check the index against.
-    """
-
-    def __init__(self, corpus: _Corpus, *, k1: float, b: float) -> None:
-        self._corpus = corpus
+    def __init__(self, index: LexicalIndex) -> None:
+        corpus = index._corpus
+        self._index = index
         self._doc_freqs: list[dict[str, float]] | None = None
-        super().__init__(corpus, k1=k1, b=b)  # the corpus reaches _initialize below
-
-    def _initialize(self, corpus: _Corpus) -> dict[str, int]:
-        self.corpus_size = corpus.size
-        self.doc_len = corpus.doc_len
-        self.avgdl = sum(corpus.doc_len) / corpus.size
-        return corpus.doc_freq
+        self.k1, self.b, self.epsilon = index.k1, index.b, EPSILON
+        self.corpus_size = corpus.capacity
+        self.avgdl = corpus.avgdl
+        self.doc_len = corpus.lengths.tolist()
+        self.idf = {term: idf(corpus.size, len(slots), corpus.eps) for term, (slots, _) in corpus.postings.items()}
+        self.average_idf = corpus.eps / EPSILON
 
     @property
     def doc_freqs(self) -> list[dict[str, float]]:
-        if not self._doc_freqs:
-            freqs: list[dict[str, float]] = [{} for _ in range(self._corpus.size)]
-            corpus = self._corpus
-            names = corpus.terms_by_id
-            pairs = zip(corpus.pair_docs.tolist(), corpus.pair_terms.tolist(), corpus.pair_freqs.tolist(), strict=True)
-            for doc, term, freq in pairs:
-                freqs[doc][names[term]] = freq
+        if self._doc_freqs is None:
+            corpus = self._index._corpus
+            freqs: list[dict[str, float]] = [{} for _ in range(corpus.capacity)]
+            for term, (slots, values) in corpus.postings.items():
+                for slot, value in zip(slots.tolist(), values.tolist(), strict=True):
+                    freqs[slot][term] = value
             self._doc_freqs = freqs
         return self._doc_freqs
 
-    @doc_freqs.setter
-    def doc_freqs(self, value: list[dict[str, float]]) -> None:
-        self._doc_freqs = value
-
 
 class LexicalIndex:
-    """BM25 over a fixed list of entries; documents are numbered in the entries' order (the tie-break).
+    """BM25 over tool entries, updated in place of a rebuild when some change (`updated`).
+
+    Documents are numbered by slot: entry i of a fresh index is document i; an update reuses the slots of
+    removed entries. Dense score arrays have `capacity` entries (0 in free slots), and ties rank by
+    qualified name, a catalog's order. Scores are BM25Okapi's (rank-bm25: its idf with the epsilon floor,
+    k1, b) over weighted term frequencies, computed from the postings of the query's terms only: the same
+    numbers `bm25.get_scores` gives, and the same for an updated index as for one built fresh.
 
     Args:
-        entries: the tools, in document order.
-        analyzer: shared across rebuilds so unchanged texts are not analysed again (default: a new one).
+        entries: the tools (a catalog's entries: sorted by qualified name).
+        analyzer: shared across builds so unchanged texts are not analysed again (default: a new one).
         k1, b: BM25Okapi's parameters.
         weights: what a word counts for in each field (FieldWeights).
         form_weight: what a word's exact form counts for next to its stem.
@@ -330,49 +312,96 @@ class LexicalIndex:
         schema_depth: int = SCHEMA_DEPTH,
     ) -> None:
         self.analyzer = analyzer or Analyzer()
-        self.size = len(entries)
-        self._postings: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        servers: dict[str, list[int]] = {}
-        for doc, entry in enumerate(entries):
-            servers.setdefault(entry.server, []).append(doc)
-        self._servers = [
-            (frozenset(words), np.asarray(docs, dtype=np.intp))
-            for server, docs in servers.items()
-            if (words := self.analyzer.terms(server))
-        ]
-        self.bm25: BM25Okapi | None = None
-        """The library's model over the same corpus (its `get_scores` gives the same scores)."""
-        parts, sizes, texts_per_field = _gather(entries, self.analyzer, schema_depth)
-        corpus, starts, ends = _count(parts, sizes, texts_per_field, self.analyzer, weights, form_weight)
-        if not starts.size:  # nothing to index (BM25Okapi would divide by an empty vocabulary)
-            return
-        self._spans = (corpus, starts, ends)
-        self._index(_Okapi(corpus, k1=k1, b=b))
+        self.k1, self.b = k1, b
+        self._analysis = (weights, form_weight, schema_depth)
+        entries = list(entries)
+        self._use(Corpus.build(entries, self._count(entries), self._server_words(entries)))
 
-    def _index(self, bm25: _Okapi) -> None:
-        """Set `bm25` and the postings scored with its k1 and b."""
-        corpus, starts, ends = self._spans
-        self.bm25 = bm25
-        # The weight is the expression get_scores evaluates, in the same order, and idf * weight is the
-        # library's contribution of a term to a document, bit for bit: postings hold that product.
-        norm = bm25.k1 * (1 - bm25.b + bm25.b * np.asarray(corpus.doc_len, dtype=np.float64) / bm25.avgdl)
-        freqs, docs = corpus.pair_freqs, corpus.pair_docs
-        weight = freqs * (bm25.k1 + 1) / (freqs + norm[docs])
-        terms = [corpus.terms_by_id[term] for term in corpus.pair_terms[starts].tolist()]
-        idf = np.repeat(np.fromiter(map(bm25.idf.__getitem__, terms), np.float64, len(terms)), ends - starts)
-        contribution = idf * weight
-        self._postings = {
-            term: (docs[start:end], contribution[start:end])
-            for term, start, end in zip(terms, starts.tolist(), ends.tolist(), strict=True)
-        }
+    def _use(self, corpus: Corpus) -> None:
+        self._corpus = corpus
+        self._bm25: _Okapi | None = None
+        # BM25Okapi's length normalisation, evaluated as get_scores evaluates it, once per state.
+        avgdl = corpus.avgdl or 1.0
+        self._norm = self.k1 * (1 - self.b + self.b * corpus.lengths / avgdl)
+
+    @property
+    def size(self) -> int:
+        """Documents indexed."""
+        return self._corpus.size
+
+    @property
+    def capacity(self) -> int:
+        """Slots, free ones included: the length of `scores`' and `named`'s arrays."""
+        return self._corpus.capacity
+
+    @property
+    def bm25(self) -> BM25Okapi | None:
+        """The library's model over the same statistics (its `get_scores` gives the same scores); None
+        when nothing is indexed. Built on first use: for checks, not for ranking."""
+        if not self._corpus.postings:
+            return None
+        if self._bm25 is None:
+            self._bm25 = _Okapi(self)
+        return self._bm25
+
+    def entry(self, slot: int) -> ToolEntry:
+        """The entry in `slot`."""
+        found = self._corpus.documents[slot]
+        if found is None:
+            raise KeyError(f"slot {slot} is free")
+        return found
+
+    def slot(self, name: str) -> int | None:
+        """The slot of the entry with this qualified name."""
+        return self._corpus.slot(name)
+
+    def slots(self) -> np.ndarray:
+        """Every slot in use, by qualified name: position -> slot (a catalog's order). Do not modify."""
+        return self._corpus.order
+
+    def positions(self) -> np.ndarray:
+        """Slot -> position in `slots()` (-1 for a free slot). Do not modify."""
+        return self._corpus.rank
 
     def with_k1(self, k1: float) -> LexicalIndex:
         """This index scoring with another k1: same documents, analysis, servers and b, no text analysed
         again (what hybrid ranking blends, BLEND_BM25_K1, next to the lexical ranking's BM25_K1)."""
         other = copy.copy(self)
-        if self.bm25 is not None:
-            other._index(_Okapi(self._spans[0], k1=k1, b=self.bm25.b))
+        other.k1 = k1
+        other._use(self._corpus)
         return other
+
+    def updated(self, removed: Iterable[ToolEntry], added: Sequence[ToolEntry]) -> LexicalIndex:
+        """This index without the entries named like `removed` and with `added`: only the changed entries'
+        postings, lengths and names are replaced, and the scores are those of an index built fresh.
+
+        Raises:
+            KeyError: a removed name is not indexed, or an added one already is (and is not removed).
+        """
+        corpus = self._corpus
+        gone: list[int] = []
+        for entry in removed:
+            slot = corpus.slot(entry.name)
+            if slot is None:
+                raise KeyError(f"{entry.name}: not in this index")
+            gone.append(slot)
+        held = [self.entry(slot) for slot in gone]
+        parts = _gather(held, self.analyzer, self._analysis[2])[0]
+        ids = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int32)
+        names = self.analyzer.terms_by_id
+        removed_terms = [names[term] for term in ids.tolist()]
+        added = list(added)
+        updated = corpus.updated(gone, removed_terms, added, self._count(added), self._server_words(added))
+        other = copy.copy(self)
+        other._use(updated)
+        return other
+
+    def _count(self, entries: Sequence[ToolEntry]) -> Batch:
+        weights, form_weight, depth = self._analysis
+        return _count(*_gather(entries, self.analyzer, depth), self.analyzer, weights, form_weight)
+
+    def _server_words(self, entries: Iterable[ToolEntry]) -> dict[str, frozenset[str]]:
+        return {server: frozenset(self.analyzer.terms(server)) for server in {entry.server for entry in entries}}
 
     def query_terms(self, query: str) -> list[str]:
         """The query's distinct index terms, in order. BM25Okapi would count a repeated query word again;
@@ -383,32 +412,37 @@ class LexicalIndex:
     def named(self, terms: Iterable[str]) -> np.ndarray:
         """Which documents belong to a server the query names: every index term of the server's name is
         among `terms` ("create a Jira ticket" names `jira`; "brave-search" needs both words)."""
-        mask = np.zeros(self.size, dtype=bool)
+        corpus = self._corpus
+        mask = np.zeros(corpus.capacity, dtype=bool)
         wanted = set(terms)
-        for words, docs in self._servers:
-            if words <= wanted:
-                mask[docs] = True
+        for server in {server for term in wanted for server in corpus.word_servers.get(term, ())}:
+            if corpus.server_words[server] <= wanted:
+                mask[corpus.servers[server]] = True
         return mask
 
     def scores(self, terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Dense BM25 scores (0 for documents sharing no term) and the sorted ids of documents that share one.
+        """Dense BM25 scores by slot (0 for documents sharing no term) and the sorted slots of the
+        documents that share one.
 
-        Equal to `BM25Okapi.get_scores(terms)` on every document, computed from the postings only.
+        Equal to `bm25.get_scores(terms)` on every document, computed from the postings only.
         """
-        scores = np.zeros(self.size, dtype=np.float64)
-        matched = np.zeros(self.size, dtype=bool)
+        corpus = self._corpus
+        scores = np.zeros(corpus.capacity, dtype=np.float64)
+        matched = np.zeros(corpus.capacity, dtype=bool)
+        size, eps, norm, k1 = corpus.size, corpus.eps, self._norm, self.k1
         for term in terms:
-            posting = self._postings.get(term)
+            posting = corpus.postings.get(term)
             if posting is None:
                 continue
-            ids, contribution = posting
-            scores[ids] += contribution
-            matched[ids] = True
+            slots, narrow = posting
+            freqs = narrow.astype(np.float64)
+            # get_scores' expression, in its order: idf * (f * (k1 + 1) / (f + k1 * (1 - b + b * dl / avgdl))).
+            scores[slots] += idf(size, len(slots), eps) * (freqs * (k1 + 1) / (freqs + norm[slots]))
+            matched[slots] = True
         return scores, np.flatnonzero(matched)
 
-    @staticmethod
-    def top(scores: np.ndarray, candidates: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """The best `k` candidates as `(doc_id, score)`, highest score first, ties by lower doc id."""
+    def top(self, scores: np.ndarray, candidates: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """The best `k` candidates as `(slot, score)`, highest score first, ties by qualified name."""
         if k <= 0 or candidates.size == 0:
             return []
         values = scores[candidates]
@@ -417,7 +451,7 @@ class LexicalIndex:
             kth = np.partition(values, candidates.size - k)[candidates.size - k]
             keep = values >= kth
             candidates, values = candidates[keep], values[keep]
-        order = np.lexsort((candidates, -values))[:k]
+        order = np.lexsort((self._corpus.rank[candidates], -values))[:k]
         return [(int(candidates[i]), float(values[i])) for i in order]
 
 
@@ -456,9 +490,9 @@ def _count(
     analyzer: Analyzer,
     weights: FieldWeights,
     form_weight: float,
-) -> tuple[_Corpus, np.ndarray, np.ndarray]:
+) -> Batch:
     """Distinct (term, document) pairs with weighted frequencies, term-major with documents ascending, and
-    each term's slice of them (starts, ends).
+    each document's weighted length.
 
     Words come in document order, so a stable sort by term id alone orders them by (term, document) and
     puts each pair's words next to each other; their field weights are summed per pair, and exact forms
@@ -481,23 +515,16 @@ def _count(
     if firsts.size:
         frequencies = np.add.reduceat(frequencies, firsts)
     frequencies = frequencies.astype(np.float64)
-    pair_terms, pair_docs = terms[firsts].astype(np.int64), docs[firsts].astype(np.int64)
+    pair_terms, pair_docs = terms[firsts], docs[firsts]
     frequencies[analyzer.form_flags()[pair_terms].astype(bool)] *= form_weight
     starts = np.flatnonzero(np.diff(pair_terms, prepend=-1))  # a term starts where its id changes
-    ends = np.append(starts[1:], pair_terms.size)
-    doc_freq = dict(
-        zip([terms_by_id[term] for term in pair_terms[starts].tolist()], (ends - starts).tolist(), strict=True)
+    return Batch(
+        terms=[terms_by_id[term] for term in pair_terms[starts].tolist()],
+        starts=starts,
+        docs=pair_docs.astype(np.int32),
+        freqs=frequencies,
+        lengths=np.bincount(pair_docs, weights=frequencies, minlength=size),
     )
-    corpus = _Corpus(
-        size=size,
-        doc_len=np.bincount(pair_docs, weights=frequencies, minlength=size).tolist(),
-        doc_freq=doc_freq,
-        pair_docs=pair_docs,
-        pair_terms=pair_terms,
-        pair_freqs=frequencies,
-        terms_by_id=terms_by_id,
-    )
-    return corpus, starts, ends
 
 
 _RADIX_LIMIT = 1 << 16

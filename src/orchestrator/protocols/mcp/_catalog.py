@@ -7,9 +7,12 @@ version, same plan.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
+import itertools
 import json
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +22,7 @@ from ..._errors import CatalogError
 from ._normalization import (
     DESCRIPTION_LIMIT,
     NormalizedTool,
-    normalize,
+    normalize_counting,
     one_line,
     qualified_name,
     sanitize_schema,
@@ -80,22 +83,35 @@ class ToolEntry:
 
 
 class ToolCatalog:
-    """Immutable set of tools, sorted by qualified name; `version` changes whenever any tool changes."""
+    """Immutable set of tools, sorted by qualified name; `version` changes whenever any tool changes.
+
+    Held per server (`ToolEntry.server`): a catalog derived from another (`replaced`, `updated`) shares
+    every unchanged server's entries with it, and `changes` finds what differs between two such catalogs
+    without looking at the rest, so the search index and the directory update per server.
+    """
 
     def __init__(self, entries: Iterable[ToolEntry] = ()) -> None:
-        self._entries = tuple(sorted(entries, key=lambda entry: entry.name))
-        self._by_name = {entry.name: entry for entry in self._entries}
-        if len(self._by_name) != len(self._entries):
+        ordered = sorted(entries, key=lambda entry: entry.name)
+        parts: dict[str, list[ToolEntry]] = {}
+        for entry in ordered:
+            parts.setdefault(entry.server, []).append(entry)
+        self._setup(tuple(ordered), {server: tuple(part) for server, part in parts.items()})
+        if any(a == b for a, b in itertools.pairwise(self._names)):
             raise ValueError("ToolCatalog entries must have unique names")
-        self._positions = {entry.name: position for position, entry in enumerate(self._entries)}
-        self._by_alias: dict[str, ToolEntry] = {}
-        self._by_tool: dict[str, list[ToolEntry]] = {}
-        for entry in self._entries:
-            for server in entry.servers[1:]:
-                self._by_alias.setdefault(qualified_name(server, entry.tool), entry)
-            self._by_tool.setdefault(entry.tool, []).append(entry)
-        digest = hashlib.sha256("\n".join(entry.digest for entry in self._entries).encode("ascii"))
-        self._version = digest.hexdigest()[:VERSION_LENGTH]
+        self._by_alias, self._by_tool = _lookups(self._entries)
+
+    def _setup(self, entries: tuple[ToolEntry, ...], parts: dict[str, tuple[ToolEntry, ...]]) -> None:
+        self._entries = entries
+        self._names = [entry.name for entry in entries]
+        self._parts = parts
+        self._digests: dict[str, str] = {}
+        """Server -> hash of its part's entries, filled as `version` needs them (inherited by derived catalogs)."""
+        self._version: str | None = None
+        self._parent: weakref.ref[ToolCatalog] | None = None
+        self._changed: frozenset[str] = frozenset()
+        """Servers whose part differs from the parent's (the catalog this one was derived from)."""
+        self._recipe: tuple[frozenset[tuple[str, str]], int, bool] | None = None
+        """How `from_lists` built it: replica groups, description limit, whether a name was re-hashed."""
 
     # ------------------------------------------------------------------ builders
 
@@ -110,8 +126,10 @@ class ToolCatalog:
         """From `{server: [tools/list dicts]}`, normalized: qualified names, exact duplicates collapsed
         within each replica group (`replicas`: server -> group; see `normalize`), texts sanitized and cut
         at `description_limit` characters (`mcp.max_description_chars`)."""
-        tools = normalize(tools_by_server, replicas)
-        return cls(_entry(tool, description_limit) for tool in tools)
+        tools, renamed = normalize_counting(tools_by_server, replicas)
+        catalog = cls(_entry(tool, description_limit) for tool in tools)
+        catalog._recipe = (frozenset((replicas or {}).items()), description_limit, renamed > 0)
+        return catalog
 
     @classmethod
     def from_snapshot(cls, path: str | Path, *, description_limit: int = DESCRIPTION_LIMIT) -> ToolCatalog:
@@ -123,11 +141,90 @@ class ToolCatalog:
         """
         return cls.from_lists(read_snapshot(path), description_limit=description_limit)
 
+    def updated(
+        self,
+        tools_by_server: Mapping[str, Sequence[Mapping[str, Any]]],
+        changed: Iterable[str],
+        replicas: Mapping[str, str] | None = None,
+        *,
+        description_limit: int = DESCRIPTION_LIMIT,
+    ) -> ToolCatalog:
+        """`from_lists(tools_by_server, replicas, ...)` for a catalog built by `from_lists` from the same lists
+        except those of the servers in `changed` (a server absent from `tools_by_server` has gone). Only the
+        replica groups of changed servers are normalized again; everything else is shared with this catalog.
+        Falls back to a full build when names could depend on other servers (a re-hashed name collision)."""
+        groups = replicas or {}
+        recipe = (frozenset(groups.items()), description_limit)
+        changed = set(changed)
+        if self._recipe is None or self._recipe[:2] != recipe or self._recipe[2]:
+            return ToolCatalog.from_lists(tools_by_server, replicas, description_limit=description_limit)
+        touched = {groups.get(server, server) for server in changed}
+        servers = changed | {server for server, group in groups.items() if group in touched}
+        lists = {server: tools_by_server[server] for server in servers if server in tools_by_server}
+        tools, renamed = normalize_counting(lists, replicas)
+        parts: dict[str, list[ToolEntry]] = {server: [] for server in servers}
+        for tool in tools:
+            parts[tool.server].append(_entry(tool, description_limit))
+        try:
+            if renamed:
+                raise ValueError("a name was re-hashed")
+            catalog = self.replaced(parts)
+        except ValueError:  # a hashed-name collision with another group: names depend on other servers
+            return ToolCatalog.from_lists(tools_by_server, replicas, description_limit=description_limit)
+        catalog._recipe = (*recipe, False)
+        return catalog
+
+    def replaced(self, parts: Mapping[str, Sequence[ToolEntry]]) -> ToolCatalog:
+        """This catalog with each given server's entries (`ToolEntry.server`) replaced by the given ones
+        ([] removes them); every other server's entries are shared, not copied.
+
+        Raises:
+            ValueError: an entry is given under another server's key, or a name would not be unique.
+        """
+        removed: list[int] = []
+        added: list[ToolEntry] = []
+        new_parts = dict(self._parts)
+        for server, entries in parts.items():
+            if any(entry.server != server for entry in entries):
+                raise ValueError(f"ToolCatalog.replaced: an entry under {server!r} belongs to another server")
+            removed += [self._position(entry.name) for entry in self._parts.get(server, ())]
+            part = tuple(sorted(entries, key=lambda entry: entry.name))
+            added += part
+            if part:
+                new_parts[server] = part
+            else:
+                new_parts.pop(server, None)
+        added.sort(key=lambda entry: entry.name)
+        entries = _merged(self._entries, self._names, removed, added)
+        catalog = ToolCatalog.__new__(ToolCatalog)
+        catalog._setup(entries, new_parts)
+        if len(catalog._names) != len(self._names) - len(removed) + len(added) or any(
+            catalog._names[i] == catalog._names[i + 1] for i in _neighbours(catalog._names, added)
+        ):
+            raise ValueError("ToolCatalog entries must have unique names")
+        gone = [self._entries[position] for position in removed]
+        catalog._by_alias, catalog._by_tool = _lookups(added, gone, self._by_alias, self._by_tool)
+        catalog._digests = {server: found for server, found in self._digests.items() if server not in parts}
+        catalog._parent = weakref.ref(self)
+        catalog._changed = frozenset(
+            server for server in parts if self._parts.get(server, ()) != new_parts.get(server, ())
+        )
+        return catalog
+
     # ------------------------------------------------------------------ reading
 
     @property
     def version(self) -> str:
         """Content hash of every entry; equal catalogs have equal versions."""
+        if self._version is None:
+            digests = self._digests
+            for server, part in self._parts.items():
+                if server not in digests:
+                    digests[server] = hashlib.sha256(
+                        "\n".join(entry.digest for entry in part).encode("ascii")
+                    ).hexdigest()
+            joined = "\n".join(digests[server] for server in sorted(self._parts))
+            self._version = hashlib.sha256(joined.encode("ascii")).hexdigest()[:VERSION_LENGTH]
         return self._version
 
     def __len__(self) -> int:
@@ -137,10 +234,10 @@ class ToolCatalog:
         return iter(self._entries)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._by_name
+        return isinstance(name, str) and self.get(name) is not None
 
     def __repr__(self) -> str:
-        return f"ToolCatalog({len(self)} tools, {len(self.servers())} servers, version {self._version})"
+        return f"ToolCatalog({len(self)} tools, {len(self.servers())} servers, version {self.version})"
 
     @property
     def entries(self) -> tuple[ToolEntry, ...]:
@@ -149,12 +246,15 @@ class ToolCatalog:
 
     def get(self, name: str) -> ToolEntry | None:
         """The entry with exactly this qualified name."""
-        return self._by_name.get(name)
+        position = bisect.bisect_left(self._names, name)
+        if position < len(self._names) and self._names[position] == name:
+            return self._entries[position]
+        return None
 
     def lookup(self, name: str) -> ToolEntry | None:
         """By qualified name, by the qualified name on another server of a collapsed tool, or by the bare
         tool name (the first by qualified name when several servers have a tool of that name)."""
-        found = self._by_name.get(name) or self._by_alias.get(name)
+        found = self.get(name) or self._by_alias.get(name)
         if found is None and name in self._by_tool:
             return self._by_tool[name][0]
         return found
@@ -162,20 +262,148 @@ class ToolCatalog:
     def matches(self, name: str) -> list[ToolEntry]:
         """Every entry `name` names exactly: its qualified name or alias (one entry), else every tool with
         that bare name, sorted by qualified name; [] when none."""
-        found = self._by_name.get(name) or self._by_alias.get(name)
+        found = self.get(name) or self._by_alias.get(name)
         return [found] if found is not None else list(self._by_tool.get(name, ()))
 
     def position(self, name: str) -> int:
-        """Index of the entry with this qualified name in `entries` (the search index's document id)."""
-        return self._positions[name]
+        """Index of the entry with this qualified name in `entries` (the search index's document order).
+
+        Raises:
+            KeyError: no entry has this name.
+        """
+        return self._position(name)
+
+    def _position(self, name: str) -> int:
+        position = bisect.bisect_left(self._names, name)
+        if position < len(self._names) and self._names[position] == name:
+            return position
+        raise KeyError(name)
 
     def servers(self) -> list[str]:
         """Every server with at least one tool here, sorted."""
-        return sorted({server for entry in self._entries for server in entry.servers})
+        return sorted({server for part in self._parts.values() for server in part[0].servers} | self._parts.keys())
+
+    def by_server(self) -> Mapping[str, tuple[ToolEntry, ...]]:
+        """`ToolEntry.server` -> its entries, sorted by name (do not modify)."""
+        return self._parts
+
+    def changes(self, newer: ToolCatalog) -> tuple[list[ToolEntry], list[ToolEntry]] | None:
+        """(entries only here, entries only in `newer`) when `newer` was derived from this catalog (through
+        `replaced` or `updated`, directly or in a few steps) or shares some server's entries with it; None
+        when the two share nothing (compare their versions instead)."""
+        servers = _changed_since(newer, self)
+        shared = servers is not None
+        if servers is None:
+            servers = self._parts.keys() | newer._parts.keys()
+        removed: list[ToolEntry] = []
+        added: list[ToolEntry] = []
+        for server in servers:
+            before, after = self._parts.get(server, ()), newer._parts.get(server, ())
+            if before is after:
+                shared = True
+            elif before != after:
+                removed += before
+                added += after
+        return (removed, added) if shared or not (self._parts and newer._parts) else None
 
     def filtered(self, predicate: Callable[[ToolEntry], bool]) -> ToolCatalog:
-        """The entries `predicate` keeps (agent profiles); names stay as they are."""
-        return ToolCatalog(entry for entry in self._entries if predicate(entry))
+        """The entries `predicate` keeps (agent profiles); names stay as they are. A server whose entries
+        are all kept shares them with this catalog."""
+        parts: dict[str, Sequence[ToolEntry]] = {}
+        for server, part in self._parts.items():
+            kept = tuple(entry for entry in part if predicate(entry))
+            if len(kept) != len(part):
+                parts[server] = kept
+        return self.replaced(parts) if parts else self
+
+
+_LINEAGE_STEPS = 16
+"""Derivations `changes` follows back from a catalog to an older one before comparing every server."""
+
+
+def _changed_since(newer: ToolCatalog, older: ToolCatalog) -> set[str] | None:
+    """The servers changed on the way from `older` to `newer` when `newer` derives from it within
+    _LINEAGE_STEPS steps (each step records its parent and the servers it changed)."""
+    servers: set[str] = set()
+    current: ToolCatalog | None = newer
+    for _ in range(_LINEAGE_STEPS):
+        if current is None:
+            return None
+        if current is older:
+            return servers
+        servers |= current._changed
+        current = current._parent() if current._parent is not None else None
+    return None
+
+
+def _merged(
+    entries: tuple[ToolEntry, ...], names: list[str], removed: list[int], added: list[ToolEntry]
+) -> tuple[ToolEntry, ...]:
+    """`entries` (sorted by name) without the positions `removed`, with `added` (sorted) merged in."""
+    kept: list[ToolEntry] = []
+    start = 0
+    for position in sorted(removed):
+        kept += entries[start:position]
+        start = position + 1
+    kept += entries[start:]
+    if not added:
+        return tuple(kept)
+    kept_names = [entry.name for entry in kept] if removed else names
+    out: list[ToolEntry] = []
+    start = 0
+    for entry in added:
+        at = bisect.bisect_left(kept_names, entry.name, lo=start)
+        out += kept[start:at]
+        out.append(entry)
+        start = at
+    out += kept[start:]
+    return tuple(out)
+
+
+def _neighbours(names: list[str], added: Sequence[ToolEntry]) -> Iterator[int]:
+    """Positions i where names[i] and names[i + 1] may be equal after merging `added` (around each added name)."""
+    for entry in added:
+        at = bisect.bisect_left(names, entry.name)
+        for i in (at - 1, at):
+            if 0 <= i < len(names) - 1:
+                yield i
+
+
+def _lookups(
+    added: Iterable[ToolEntry],
+    removed: Iterable[ToolEntry] = (),
+    aliases: Mapping[str, ToolEntry] | None = None,
+    by_tool: Mapping[str, tuple[ToolEntry, ...]] | None = None,
+) -> tuple[dict[str, ToolEntry], dict[str, tuple[ToolEntry, ...]]]:
+    """The alias and bare-name maps after removing `removed` and adding `added` (from empty maps by default).
+
+    Aliases are a collapsed tool's qualified names on its other servers, each naming the first entry by
+    name that has it; only the bare names of changed entries are looked at again.
+    """
+    new_aliases = dict(aliases or {})
+    new_tools = dict(by_tool or {})
+    touched: dict[str, list[ToolEntry]] = {}
+    alias_tools: set[str] = set()
+    for entry in removed:
+        touched.setdefault(entry.tool, list(new_tools.get(entry.tool, ()))).remove(entry)
+        if len(entry.servers) > 1:
+            alias_tools.add(entry.tool)
+    for entry in added:
+        touched.setdefault(entry.tool, list(new_tools.get(entry.tool, ()))).append(entry)
+        if len(entry.servers) > 1:
+            alias_tools.add(entry.tool)
+    for tool, entries in touched.items():
+        if entries:
+            new_tools[tool] = tuple(sorted(entries, key=lambda entry: entry.name))
+        else:
+            new_tools.pop(tool, None)
+    for tool in alias_tools:
+        for alias in [alias for alias, entry in new_aliases.items() if entry.tool == tool] if aliases else ():
+            del new_aliases[alias]
+        for entry in new_tools.get(tool, ()):
+            for server in entry.servers[1:]:
+                new_aliases.setdefault(qualified_name(server, entry.tool), entry)
+    return new_aliases, new_tools
 
 
 # ---------------------------------------------------------------------- snapshots

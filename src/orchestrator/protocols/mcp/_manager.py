@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
@@ -90,8 +91,10 @@ class MCPManager:
         self._wait = wait
         self._cache = ToolListCache(mcp_settings.tool_cache_dir()) if mcp_settings.warm_start else None
         self.telemetry = telemetry if telemetry is not None else Telemetry()
-        self._catalog: ToolCatalog | None = None
-        self._catalog_version = -1
+        self._catalog: tuple[int, ToolCatalog, dict[str, list[dict[str, Any]]]] | None = None
+        """(version, catalog, the lists it was built from): a new version re-normalizes only the servers
+        whose list object changed."""
+        self._catalog_lock = threading.Lock()
         self.schema_limits = SchemaLimits(
             max_depth=mcp_settings.schema_max_depth, max_bytes=mcp_settings.schema_max_bytes
         )
@@ -185,14 +188,35 @@ class MCPManager:
         return lists
 
     def catalog(self) -> ToolCatalog:
-        """The normalized catalog of every offered tool, rebuilt only when `version` has moved."""
-        version = self._version
-        if self._catalog is None or self._catalog_version != version:
-            self._catalog = ToolCatalog.from_lists(
-                self.tool_lists(), self._replicas, description_limit=self._description_limit
-            )
-            self._catalog_version = version
-        return self._catalog
+        """The normalized catalog of every offered tool, updated only when `version` has moved, and then
+        only for the servers whose tool list changed (`ToolCatalog.updated`)."""
+        current = self._catalog
+        if current is not None and current[0] == self._version:
+            return current[1]
+        with self._catalog_lock:
+            current = self._catalog
+            version = self._version
+            if current is not None and current[0] == version:
+                return current[1]
+            lists = self._live_lists()
+            limit = self._description_limit
+            if current is None:
+                catalog = ToolCatalog.from_lists(lists, self._replicas, description_limit=limit)
+            else:
+                before = current[2]
+                changed = {name for name in before.keys() | lists.keys() if before.get(name) is not lists.get(name)}
+                catalog = current[1].updated(lists, changed, self._replicas, description_limit=limit)
+            self._catalog = (version, catalog, lists)
+            return catalog
+
+    def _live_lists(self) -> dict[str, list[dict[str, Any]]]:
+        """Server -> the list object its connection offers now (not copied: read only, never changed)."""
+        lists = {}
+        for name in sorted(self._connections):
+            tools = self._connections[name].visible_tools()
+            if tools is not None:
+                lists[name] = tools
+        return lists
 
     def status(self) -> list[ServerStatus]:
         """One snapshot per selected server (disabled ones as `stopped`), sorted by name."""

@@ -230,6 +230,22 @@ def normalize(
     answers for it (no shadowing). Odd input (missing or empty names, non-dict entries) never raises:
     non-dict entries are skipped, a missing name counts as "".
     """
+    return normalize_counting(tools_by_server, replicas)[0]
+
+
+def normalize_counting(
+    tools_by_server: Mapping[str, Sequence[Mapping[str, Any]]], replicas: Mapping[str, str] | None = None
+) -> tuple[list[NormalizedTool], int]:
+    """`normalize`, and how many names were re-hashed because two tools shared a hashed name (then a name
+    depends on other servers' tools, and normalizing one replica group alone could name differently)."""
+    resolved, renamed = _resolve_collisions(_offers(tools_by_server, replicas))
+    return sorted(resolved, key=lambda entry: entry.name), renamed
+
+
+def _offers(
+    tools_by_server: Mapping[str, Sequence[Mapping[str, Any]]], replicas: Mapping[str, str] | None
+) -> list[NormalizedTool]:
+    """Each distinct offer of each (replica group, tool), named after its first server; unsorted."""
     groups_of = replicas or {}
     # (replica group, tool) -> groups of identical offers
     by_tool: dict[tuple[str, str], list[list[tuple[str, Mapping[str, Any]]]]] = {}
@@ -262,7 +278,7 @@ def normalize(
         for (_replicas, tool), groups in by_tool.items()
         for group in groups
     ]
-    return sorted(_resolve_collisions(entries), key=lambda entry: entry.name)
+    return entries
 
 
 def reverse_map(tools: Iterable[NormalizedTool], *, aliases: bool = True) -> dict[str, tuple[str, str]]:
@@ -349,23 +365,28 @@ def _identical(a: Any, b: Any) -> bool:
         return False
 
 
-def _resolve_collisions(entries: list[NormalizedTool]) -> list[NormalizedTool]:
+def _resolve_collisions(entries: list[NormalizedTool]) -> tuple[list[NormalizedTool], int]:
     """Keep names unique even in the ~2^-48 case of two different tools sharing prefix and hash.
 
     Deterministic: colliding entries are ordered by (server, tool), distinct for every entry since a
     server offers a tool name once; the first keeps the name and the others are re-hashed with an attempt
     counter until free. Only in this case does a name depend on other tools.
     """
+    names = [entry.name for entry in entries]
+    if len(set(names)) == len(names):  # the usual case: no two tools share a name
+        return entries, 0
     taken: set[str] = set()
     resolved: list[NormalizedTool] = []
+    renamed = 0
     for entry in sorted(entries, key=lambda item: (item.name, item.server, item.tool)):
         name, attempt = entry.name, 0
         while name in taken:
             attempt += 1
             name = _hashed_name(entry.server, entry.tool, attempt)
         taken.add(name)
+        renamed += name != entry.name
         resolved.append(entry if name == entry.name else _renamed(entry, name))
-    return resolved
+    return resolved, renamed
 
 
 def _renamed(entry: NormalizedTool, name: str) -> NormalizedTool:
