@@ -104,14 +104,16 @@ def test_a_catalog_updated_per_server_equals_one_built_from_all_lists(
                 assert catalog.matches(name) == fresh.matches(name)
 
 
-def test_an_update_shares_every_other_servers_entries_and_reports_only_the_changed_ones() -> None:
+def test_an_update_shares_every_other_servers_entries_and_changes_reports_only_the_changed_ones() -> None:
     lists = {server: [_tool("read", ["read", "file"], ["path"])] for server in ("alpha", "beta", "gamma")}
     catalog = ToolCatalog.from_lists(lists)
     newer = catalog.updated({**lists, "beta": [_tool("write", ["write", "file"], [])]}, ["beta"])
     assert newer.by_server()["alpha"] is catalog.by_server()["alpha"]
     removed, added = catalog.changes(newer) or ([], [])
     assert [entry.name for entry in removed] == ["beta__read"] and [entry.name for entry in added] == ["beta__write"]
-    assert ToolCatalog.from_lists(lists).changes(newer) is None  # built apart: nothing shared, compare versions
+    apart = ToolCatalog.from_lists(lists)  # built apart: servers compared entry by entry
+    assert apart.changes(newer) == (removed, added)
+    assert ToolCatalog.from_lists({"delta": lists["alpha"]}).changes(newer) is None  # nothing in common
 
 
 def test_a_replacement_keeps_names_unique_and_entries_under_their_own_server() -> None:

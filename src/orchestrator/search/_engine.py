@@ -10,6 +10,7 @@ and token counting in their own modules. CPU-bound and synchronous: the gateway 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import logging
 import re
@@ -239,19 +240,24 @@ class ToolSearchEngine:
     def _current(self) -> _State:
         catalog = self._source()
         state = self._state
-        if state is not None and (state.catalog is catalog or state.catalog.version == catalog.version):
+        if state is not None and state.catalog is catalog:
             return state
         with self._lock:
             state = self._state
-            if state is None or (state.catalog is not catalog and state.catalog.version != catalog.version):
+            if state is None or state.catalog is not catalog:
                 state = self._state = self._index(catalog, state)
-                self.index_builds += 1
         return state
 
     def _index(self, catalog: ToolCatalog, previous: _State | None) -> _State:
-        """The state for `catalog`: the previous index updated with the entries that changed since its
-        catalog (`ToolCatalog.changes`), or a fresh index when there is none or most entries changed."""
+        """The state for `catalog`: the previous one when the content is the same, else the previous index
+        updated with the entries that changed (`ToolCatalog.changes`), or a fresh index when there is no
+        previous one or most entries changed."""
         change = previous.catalog.changes(catalog) if previous is not None else None
+        if previous is not None and (
+            change == ([], []) or (change is None and previous.catalog.version == catalog.version)
+        ):
+            return dataclasses.replace(previous, catalog=catalog)
+        self.index_builds += 1
         if previous is None or change is None or len(change[0]) + len(change[1]) > len(catalog) // 2:
             index = LexicalIndex(catalog.entries, self._analyzer)
         else:

@@ -202,6 +202,11 @@ class Analyzer:
         return number
 
 
+CONTRIBUTION_CACHE = 2_000_000
+"""Postings pairs whose BM25 contributions an index keeps (16 MB): a term's contributions depend on the
+whole collection, so they are computed on the term's first search after each change, and the terms
+requests use again are scored by one addition."""
+
 _FIELD_COUNT = 6
 """Fields of a tool document, in FieldWeights.values() order."""
 
@@ -320,6 +325,9 @@ class LexicalIndex:
     def _use(self, corpus: Corpus) -> None:
         self._corpus = corpus
         self._bm25: _Okapi | None = None
+        self._contributions: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        """Term -> (slots, BM25 contribution to each), computed on a term's first search in this state."""
+        self._contributed = 0
         # BM25Okapi's length normalisation, evaluated as get_scores evaluates it, once per state.
         avgdl = corpus.avgdl or 1.0
         self._norm = self.k1 * (1 - self.b + self.b * corpus.lengths / avgdl)
@@ -387,9 +395,8 @@ class LexicalIndex:
             gone.append(slot)
         held = [self.entry(slot) for slot in gone]
         parts = _gather(held, self.analyzer, self._analysis[2])[0]
-        ids = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int32)
         names = self.analyzer.terms_by_id
-        removed_terms = [names[term] for term in ids.tolist()]
+        removed_terms = [names[term] for term in set(np.concatenate(parts).tolist())] if parts else []
         added = list(added)
         updated = corpus.updated(gone, removed_terms, added, self._count(added), self._server_words(added))
         other = copy.copy(self)
@@ -426,20 +433,36 @@ class LexicalIndex:
 
         Equal to `bm25.get_scores(terms)` on every document, computed from the postings only.
         """
-        corpus = self._corpus
-        scores = np.zeros(corpus.capacity, dtype=np.float64)
-        matched = np.zeros(corpus.capacity, dtype=bool)
-        size, eps, norm, k1 = corpus.size, corpus.eps, self._norm, self.k1
-        for term in terms:
-            posting = corpus.postings.get(term)
-            if posting is None:
-                continue
-            slots, narrow = posting
-            freqs = narrow.astype(np.float64)
-            # get_scores' expression, in its order: idf * (f * (k1 + 1) / (f + k1 * (1 - b + b * dl / avgdl))).
-            scores[slots] += idf(size, len(slots), eps) * (freqs * (k1 + 1) / (freqs + norm[slots]))
-            matched[slots] = True
+        capacity = self._corpus.capacity
+        known = self._contributions.get
+        found = [pair for term in terms if (pair := known(term) or self._contribution(term)) is not None]
+        if not found:
+            return np.zeros(capacity, dtype=np.float64), np.empty(0, dtype=np.intp)
+        slots = np.concatenate([pair[0] for pair in found])
+        # bincount adds each slot's contributions in the order given, from 0.0: term by term, as get_scores.
+        scores = np.bincount(slots, weights=np.concatenate([pair[1] for pair in found]), minlength=capacity)
+        matched = np.zeros(capacity, dtype=bool)
+        matched[slots] = True
         return scores, np.flatnonzero(matched)
+
+    def _contribution(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """The slots holding `term` and its BM25 contribution to each, kept for later searches (up to
+        CONTRIBUTION_CACHE pairs per state: then the least recently computed go first)."""
+        corpus = self._corpus
+        posting = corpus.postings.get(term)
+        if posting is None:
+            return None
+        slots, narrow = posting
+        freqs = narrow.astype(np.float64)
+        k1 = self.k1
+        # get_scores' expression, in its order: idf * (f * (k1 + 1) / (f + k1 * (1 - b + b * dl / avgdl))).
+        found = slots, idf(corpus.size, len(slots), corpus.eps) * (freqs * (k1 + 1) / (freqs + self._norm[slots]))
+        cache = self._contributions
+        while cache and self._contributed + len(slots) > CONTRIBUTION_CACHE:
+            self._contributed -= len(cache.pop(next(iter(cache)))[0])
+        cache[term] = found
+        self._contributed += len(slots)
+        return found
 
     def top(self, scores: np.ndarray, candidates: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The best `k` candidates as `(slot, score)`, highest score first, ties by qualified name."""

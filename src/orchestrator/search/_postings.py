@@ -88,7 +88,7 @@ class Corpus:
 
     def __post_init__(self) -> None:
         size = len(self.order)
-        object.__setattr__(self, "avgdl", math.fsum(self.lengths.tolist()) / size if size else 0.0)
+        object.__setattr__(self, "avgdl", _exact_sum(self.lengths) / size if size else 0.0)
         object.__setattr__(self, "eps", EPSILON * _average_idf(size, self.df_counts))
 
     @classmethod
@@ -161,7 +161,8 @@ class Corpus:
         dropped = np.zeros(self.capacity, dtype=bool)
         dropped[gone] = True
         held = [self.documents[slot] for slot in gone.tolist()]
-        slots, free, capacity = _allocate(np.union1d(self.free, gone).astype(np.int32), len(added), self.capacity)
+        # Free and removed slots are disjoint: no removed slot was free.
+        slots, free, capacity = _allocate(np.sort(np.concatenate([self.free, gone])), len(added), self.capacity)
         order = self._order_after(gone, added, slots)
         documents = self.documents + [None] * (capacity - self.capacity)
         for slot in gone.tolist():
@@ -176,10 +177,7 @@ class Corpus:
         rank = np.full(capacity, -1, dtype=np.int32)
         rank[order] = np.arange(len(order), dtype=np.int32)
         servers = _servers_after(self.servers, dropped, held, added, slots)
-        words = {server: found for server, found in self.server_words.items() if server in servers}
-        words.update(
-            {server: server_words[server] for server in servers.keys() - words.keys() if server_words.get(server)}
-        )
+        words, word_servers = self._names_after(servers, {entry.server for entry in [*held, *added]}, server_words)
         return Corpus(
             documents=documents,
             lengths=lengths,
@@ -190,8 +188,33 @@ class Corpus:
             df_counts=df_counts,
             servers=servers,
             server_words=words,
-            word_servers=_word_servers(words) if words.keys() != self.server_words.keys() else self.word_servers,
+            word_servers=word_servers,
         )
+
+    def _names_after(
+        self, servers: dict[str, np.ndarray], touched: set[str], server_words: Mapping[str, frozenset[str]]
+    ) -> tuple[dict[str, frozenset[str]], dict[str, frozenset[str]]]:
+        """`server_words` and `word_servers` after the `touched` servers changed (shared when no server
+        came or went)."""
+        gone = {server for server in touched if server in self.servers and server not in servers}
+        came = {server for server in touched if server not in self.servers and server in servers}
+        if not gone and not came:
+            return self.server_words, self.word_servers
+        words, by_word = dict(self.server_words), dict(self.word_servers)
+        for server in gone:
+            for word in words.pop(server, ()):
+                left = by_word[word] - {server}
+                if left:
+                    by_word[word] = left
+                else:
+                    del by_word[word]
+        for server in came:
+            found = server_words.get(server)
+            if found:
+                words[server] = found
+                for word in found:
+                    by_word[word] = by_word.get(word, frozenset()) | {server}
+        return words, by_word
 
     def _postings_after(
         self, dropped: np.ndarray, removed_terms: Collection[str], slots: np.ndarray, batch: Batch
@@ -317,13 +340,28 @@ def idf(size: int, df: int, eps: float) -> float:
 
 
 def _average_idf(size: int, df_counts: Mapping[int, int]) -> float:
-    """The mean unfloored idf over every term: BM25Okapi's `average_idf`, summed exactly in a fixed order
-    (by document frequency) so it does not depend on the order terms were first seen."""
-    terms = sum(df_counts.values())
-    if not terms:
+    """The mean unfloored idf over every term: BM25Okapi's `average_idf`, summed exactly (`math.fsum`) per
+    document frequency, so it does not depend on the order terms were first seen."""
+    if not df_counts:
         return 0.0
-    parts = [count * (math.log(size - df + 0.5) - math.log(df + 0.5)) for df, count in sorted(df_counts.items())]
-    return math.fsum(parts) / terms
+    dfs = np.fromiter(df_counts.keys(), dtype=np.float64, count=len(df_counts))
+    counts = np.fromiter(df_counts.values(), dtype=np.float64, count=len(df_counts))
+    parts = counts * (np.log(size - dfs + 0.5) - np.log(dfs + 0.5))
+    return math.fsum(parts.tolist()) / sum(df_counts.values())
+
+
+_SCALE = 1 << 20
+"""Document lengths are sums of field weights (halves, and the exact-form weight's eighths): times this
+they are integers, summed exactly in int64 well past any catalog's total length."""
+
+
+def _exact_sum(values: np.ndarray) -> float:
+    """The exactly rounded sum of `values` (what `math.fsum` gives), in one vectorized pass when they are
+    multiples of 1 / _SCALE (always, with the default weights)."""
+    scaled = values * _SCALE
+    if np.array_equal(scaled, np.floor(scaled)) and float(np.abs(scaled).sum()) < 2.0**62:
+        return int(scaled.astype(np.int64).sum()) / _SCALE  # int / int: correctly rounded, as fsum
+    return math.fsum(values.tolist())
 
 
 def _narrow(values: np.ndarray) -> np.ndarray:

@@ -95,14 +95,17 @@ class ToolCatalog:
         parts: dict[str, list[ToolEntry]] = {}
         for entry in ordered:
             parts.setdefault(entry.server, []).append(entry)
-        self._setup(tuple(ordered), {server: tuple(part) for server, part in parts.items()})
+        self._setup(ordered, [entry.name for entry in ordered], {server: tuple(part) for server, part in parts.items()})
         if any(a == b for a, b in itertools.pairwise(self._names)):
             raise ValueError("ToolCatalog entries must have unique names")
         self._by_alias, self._by_tool = _lookups(self._entries)
 
-    def _setup(self, entries: tuple[ToolEntry, ...], parts: dict[str, tuple[ToolEntry, ...]]) -> None:
+    def _setup(self, entries: list[ToolEntry], names: list[str], parts: dict[str, tuple[ToolEntry, ...]]) -> None:
         self._entries = entries
-        self._names = [entry.name for entry in entries]
+        """Every entry, sorted by name; never changed (`entries` hands out a tuple of it)."""
+        self._tuple: tuple[ToolEntry, ...] | None = None
+        self._names = names
+        """Every entry's name, in order: lookups bisect it."""
         self._parts = parts
         self._digests: dict[str, str] = {}
         """Server -> hash of its part's entries, filled as `version` needs them (inherited by derived catalogs)."""
@@ -195,16 +198,18 @@ class ToolCatalog:
             else:
                 new_parts.pop(server, None)
         added.sort(key=lambda entry: entry.name)
-        entries = _merged(self._entries, self._names, removed, added)
+        entries, names = _merged(self._entries, self._names, removed, added)
         catalog = ToolCatalog.__new__(ToolCatalog)
-        catalog._setup(entries, new_parts)
+        catalog._setup(entries, names, new_parts)
         if len(catalog._names) != len(self._names) - len(removed) + len(added) or any(
             catalog._names[i] == catalog._names[i + 1] for i in _neighbours(catalog._names, added)
         ):
             raise ValueError("ToolCatalog entries must have unique names")
         gone = [self._entries[position] for position in removed]
         catalog._by_alias, catalog._by_tool = _lookups(added, gone, self._by_alias, self._by_tool)
-        catalog._digests = {server: found for server, found in self._digests.items() if server not in parts}
+        catalog._digests = dict(self._digests)
+        for server in parts:
+            catalog._digests.pop(server, None)
         catalog._parent = weakref.ref(self)
         catalog._changed = frozenset(
             server for server in parts if self._parts.get(server, ()) != new_parts.get(server, ())
@@ -242,7 +247,9 @@ class ToolCatalog:
     @property
     def entries(self) -> tuple[ToolEntry, ...]:
         """Every entry, sorted by qualified name (the index's document order)."""
-        return self._entries
+        if self._tuple is None:
+            self._tuple = tuple(self._entries)
+        return self._tuple
 
     def get(self, name: str) -> ToolEntry | None:
         """The entry with exactly this qualified name."""
@@ -288,9 +295,10 @@ class ToolCatalog:
         return self._parts
 
     def changes(self, newer: ToolCatalog) -> tuple[list[ToolEntry], list[ToolEntry]] | None:
-        """(entries only here, entries only in `newer`) when `newer` was derived from this catalog (through
-        `replaced` or `updated`, directly or in a few steps) or shares some server's entries with it; None
-        when the two share nothing (compare their versions instead)."""
+        """(entries only here, entries only in `newer`), per server: when `newer` was derived from this
+        catalog (`replaced`, `updated`, `filtered`; directly or in a few steps) only the servers changed
+        on the way are compared, otherwise every server's entries. None when no server's entries are
+        the same in both (a fresh build is as cheap)."""
         servers = _changed_since(newer, self)
         shared = servers is not None
         if servers is None:
@@ -299,9 +307,9 @@ class ToolCatalog:
         added: list[ToolEntry] = []
         for server in servers:
             before, after = self._parts.get(server, ()), newer._parts.get(server, ())
-            if before is after:
-                shared = True
-            elif before != after:
+            if before is after or before == after:
+                shared = shared or bool(before)
+            else:
                 removed += before
                 added += after
         return (removed, added) if shared or not (self._parts and newer._parts) else None
@@ -337,27 +345,19 @@ def _changed_since(newer: ToolCatalog, older: ToolCatalog) -> set[str] | None:
 
 
 def _merged(
-    entries: tuple[ToolEntry, ...], names: list[str], removed: list[int], added: list[ToolEntry]
-) -> tuple[ToolEntry, ...]:
-    """`entries` (sorted by name) without the positions `removed`, with `added` (sorted) merged in."""
-    kept: list[ToolEntry] = []
-    start = 0
-    for position in sorted(removed):
-        kept += entries[start:position]
-        start = position + 1
-    kept += entries[start:]
-    if not added:
-        return tuple(kept)
-    kept_names = [entry.name for entry in kept] if removed else names
-    out: list[ToolEntry] = []
-    start = 0
+    entries: Sequence[ToolEntry], names: list[str], removed: list[int], added: list[ToolEntry]
+) -> tuple[list[ToolEntry], list[str]]:
+    """`entries` and their `names` (sorted) without the positions `removed`, with `added` (sorted) merged in:
+    copied once, then changed in place (each change moves the pointers after it, no object is touched)."""
+    merged, merged_names = list(entries), list(names)
+    for position in sorted(removed, reverse=True):
+        del merged[position]
+        del merged_names[position]
     for entry in added:
-        at = bisect.bisect_left(kept_names, entry.name, lo=start)
-        out += kept[start:at]
-        out.append(entry)
-        start = at
-    out += kept[start:]
-    return tuple(out)
+        at = bisect.bisect_left(merged_names, entry.name)
+        merged.insert(at, entry)
+        merged_names.insert(at, entry.name)
+    return merged, merged_names
 
 
 def _neighbours(names: list[str], added: Sequence[ToolEntry]) -> Iterator[int]:
