@@ -11,13 +11,24 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orchestrator import ToolCatalog, ToolSearchEngine
+from orchestrator.search._analysis import FIELD_WEIGHTS, SCHEMA_DEPTH
+from orchestrator.search._documents import _pairs, _tokens, count, gather
 from orchestrator.search._lexical import Analyzer, LexicalIndex
+from orchestrator.search._postings import Batch
+from orchestrator.search._tuning import WORD_FORM_WEIGHT
 
 WORDS = ["issue", "issues", "file", "files", "read", "write", "time", "zone", "city", "weather", "query", "list"]
 COMMON = ["data", "value"]
 """Words most tools hold: their idf is negative in small catalogs, so BM25Okapi's floor is exercised."""
 SERVERS = ["alpha", "beta", "gamma", "delta.v2", "Épsilon svc", "zeta"]
-QUERIES = ["read a file", "issues in the city", "weather data", "list values of a zone", "time", "query zeta alpha"]
+QUERIES = [
+    "read a file",
+    "issues in the city",
+    "weather data",
+    "list values of a zone",
+    "time",
+    "query zeta alpha svc v2",
+]
 
 
 def _tool(name: str, words: list[str], params: list[str]) -> dict[str, Any]:
@@ -34,6 +45,14 @@ tools = st.builds(
 tool_lists = st.lists(tools, max_size=4, unique_by=lambda tool: tool["name"])
 steps = st.lists(st.tuples(st.sampled_from(SERVERS), st.one_of(st.none(), tool_lists)), min_size=1, max_size=6)
 """Each step sets one server's list (None: the server is gone)."""
+
+
+def _frequencies(batch: Batch) -> dict[tuple[str, int], float]:
+    return {
+        (term, int(doc)): float(freq)
+        for term, start, end in batch.slices()
+        for doc, freq in zip(batch.docs[start:end], batch.freqs[start:end], strict=True)
+    }
 
 
 def _by_position(index: LexicalIndex, scores: np.ndarray) -> np.ndarray:
@@ -56,6 +75,7 @@ def _assert_same_index(updated: LexicalIndex, fresh: LexicalIndex) -> None:
         assert top == [(fresh.entry(slot).name, score) for slot, score in fresh.top(expected, expected_candidates, 5)]
         if updated.bm25 is not None:
             assert np.array_equal(scores, updated.bm25.get_scores(terms))
+        assert np.array_equal(_by_position(updated, updated.named(terms)), _by_position(fresh, fresh.named(terms)))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -66,6 +86,7 @@ def test_an_index_updated_per_server_scores_exactly_like_one_built_fresh(
     lists = dict(start)
     catalog = ToolCatalog.from_lists(lists)
     index = LexicalIndex(catalog.entries, Analyzer())
+    index.server_names()  # followed through the updates from here on
     for server, tools in changes:
         if tools is None:
             lists.pop(server, None)
@@ -139,3 +160,20 @@ def test_the_engine_after_one_servers_change_answers_like_a_fresh_engine() -> No
         assert engine.search(query) == fresh.search(query)
     assert engine.index_builds == 2 and engine._current().index is not index
     assert engine._current().index.capacity == len(SERVERS)  # the freed slot was reused
+
+
+@settings(max_examples=40, deadline=None)
+@given(lists=st.dictionaries(st.sampled_from(SERVERS), tool_lists, min_size=1, max_size=3), copies=st.integers(2, 4))
+def test_tools_sharing_a_definition_are_counted_once_and_give_the_same_frequencies(
+    lists: dict[str, list[dict[str, Any]]], copies: int
+) -> None:
+    replicated = {f"{server}-r{copy}": tools for server, tools in lists.items() for copy in range(copies)}
+    entries = ToolCatalog.from_lists(replicated).entries
+    shared = count(entries, Analyzer(), FIELD_WEIGHTS, WORD_FORM_WEIGHT, SCHEMA_DEPTH)
+    analyzer = Analyzer()  # word by word, from a fresh analyzer (term ids of its own)
+    plain = _pairs(
+        *_tokens(*gather(entries, analyzer, SCHEMA_DEPTH), FIELD_WEIGHTS), len(entries), analyzer, WORD_FORM_WEIGHT
+    )
+    expected, found = _frequencies(plain), _frequencies(shared)
+    assert found == expected
+    assert np.array_equal(shared.lengths, plain.lengths)

@@ -266,6 +266,7 @@ class ToolSearchEngine:
         twins = _equivalents(index) if self._settings.group_equivalents else {}
         blend_index = index.with_k1(BLEND_BM25_K1) if self._blend is not None else index
         if self._blend is not None:
+            index.server_names()  # what hybrid ranking's server preference reads, found now rather than in a search
             self._blend.prepare(catalog)
         return _State(catalog, index, blend_index, twins)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -23,7 +23,7 @@ import numpy as np
 if TYPE_CHECKING:
     from ..protocols.mcp._catalog import ToolEntry
 
-__all__ = ["EPSILON", "Batch", "Corpus", "idf"]
+__all__ = ["EPSILON", "Batch", "Corpus", "ServerNames", "idf"]
 
 EPSILON = 0.25
 """rank-bm25's BM25Okapi floor: a term in more than half the documents (negative idf) gets this share of
@@ -78,10 +78,6 @@ class Corpus:
     """Document frequency -> how many terms have it (the idf floor's average needs only these)."""
     servers: dict[str, np.ndarray] = field(repr=False)
     """Server (`ToolEntry.server`) -> the slots of its documents (int32)."""
-    server_words: dict[str, frozenset[str]] = field(repr=False)
-    """Server -> the index terms of its name (servers whose name has none are left out)."""
-    word_servers: dict[str, frozenset[str]] = field(repr=False)
-    """Index term -> the servers whose name has it."""
     avgdl: float = field(init=False)
     eps: float = field(init=False)
     """The idf given to a term in more than half the documents."""
@@ -92,7 +88,7 @@ class Corpus:
         object.__setattr__(self, "eps", EPSILON * _average_idf(size, self.df_counts))
 
     @classmethod
-    def build(cls, entries: Sequence[ToolEntry], batch: Batch, server_words: Mapping[str, frozenset[str]]) -> Corpus:
+    def build(cls, entries: Sequence[ToolEntry], batch: Batch) -> Corpus:
         """Entry i in slot i; `order` by name (a catalog's entries are sorted already)."""
         freqs = _narrow(batch.freqs)
         postings = {term: (batch.docs[start:end], freqs[start:end]) for term, start, end in batch.slices()}
@@ -101,7 +97,6 @@ class Corpus:
         for slot, entry in enumerate(entries):
             by_server.setdefault(entry.server, []).append(slot)
         servers = {server: np.asarray(slots, dtype=np.int32) for server, slots in by_server.items()}
-        words = {server: server_words[server] for server in servers if server_words.get(server)}
         size = len(entries)
         names = [entry.name for entry in entries]
         if all(a < b for a, b in itertools.pairwise(names)):
@@ -119,8 +114,6 @@ class Corpus:
             free=np.empty(0, dtype=np.int32),
             df_counts=df_counts,
             servers=servers,
-            server_words=words,
-            word_servers=_word_servers(words),
         )
 
     @property
@@ -149,10 +142,9 @@ class Corpus:
         removed_terms: Collection[str],
         added: Sequence[ToolEntry],
         batch: Batch,
-        server_words: Mapping[str, frozenset[str]],
     ) -> Corpus:
         """Without the documents in slots `removed` (`removed_terms`: every term they hold) and with `added`
-        (counted in `batch`, document i = added[i]; `server_words`: the name terms of their servers).
+        (counted in `batch`, document i = added[i]).
 
         Raises:
             KeyError: an added name is already held and not removed, or added twice.
@@ -177,7 +169,6 @@ class Corpus:
         rank = np.full(capacity, -1, dtype=np.int32)
         rank[order] = np.arange(len(order), dtype=np.int32)
         servers = _servers_after(self.servers, dropped, held, added, slots)
-        words, word_servers = self._names_after(servers, {entry.server for entry in [*held, *added]}, server_words)
         return Corpus(
             documents=documents,
             lengths=lengths,
@@ -187,34 +178,7 @@ class Corpus:
             free=free,
             df_counts=df_counts,
             servers=servers,
-            server_words=words,
-            word_servers=word_servers,
         )
-
-    def _names_after(
-        self, servers: dict[str, np.ndarray], touched: set[str], server_words: Mapping[str, frozenset[str]]
-    ) -> tuple[dict[str, frozenset[str]], dict[str, frozenset[str]]]:
-        """`server_words` and `word_servers` after the `touched` servers changed (shared when no server
-        came or went)."""
-        gone = {server for server in touched if server in self.servers and server not in servers}
-        came = {server for server in touched if server not in self.servers and server in servers}
-        if not gone and not came:
-            return self.server_words, self.word_servers
-        words, by_word = dict(self.server_words), dict(self.word_servers)
-        for server in gone:
-            for word in words.pop(server, ()):
-                left = by_word[word] - {server}
-                if left:
-                    by_word[word] = left
-                else:
-                    del by_word[word]
-        for server in came:
-            found = server_words.get(server)
-            if found:
-                words[server] = found
-                for word in found:
-                    by_word[word] = by_word.get(word, frozenset()) | {server}
-        return words, by_word
 
     def _postings_after(
         self, dropped: np.ndarray, removed_terms: Collection[str], slots: np.ndarray, batch: Batch
@@ -308,12 +272,38 @@ def _servers_after(
     return after
 
 
-def _word_servers(words: Mapping[str, frozenset[str]]) -> dict[str, frozenset[str]]:
-    found: dict[str, set[str]] = {}
-    for server, terms in words.items():
-        for term in terms:
-            found.setdefault(term, set()).add(server)
-    return {term: frozenset(servers) for term, servers in found.items()}
+@dataclass(frozen=True)
+class ServerNames:
+    """Which servers a query names (`LexicalIndex.named`): each server's name terms, and the reverse."""
+
+    words: dict[str, frozenset[str]]
+    """Server -> the index terms of its name (servers whose name has none are left out)."""
+    servers: dict[str, frozenset[str]]
+    """Index term -> the servers whose name has it."""
+
+    @classmethod
+    def of(cls, servers: Iterable[str], analyze: Callable[[str], list[str]]) -> ServerNames:
+        return cls({}, {}).after(servers, (), analyze)
+
+    def after(self, came: Iterable[str], gone: Iterable[str], analyze: Callable[[str], list[str]]) -> ServerNames:
+        """These names with servers added and removed (`analyze`: a name's index terms)."""
+        words, by_word = dict(self.words), dict(self.servers)
+        found: dict[str, set[str]] = {}
+        for server in gone:
+            for word in words.pop(server, ()):
+                left = by_word[word] - {server}
+                if left:
+                    by_word[word] = left
+                else:
+                    del by_word[word]
+        for server in came:
+            terms = frozenset(analyze(server))
+            if terms:
+                words[server] = terms
+                for word in terms:
+                    found.setdefault(word, set(by_word.get(word, ()))).add(server)
+        by_word.update((word, frozenset(servers)) for word, servers in found.items())
+        return ServerNames(words, by_word)
 
 
 def _histogram(values: Iterable[int]) -> dict[int, int]:

@@ -8,16 +8,17 @@ version, same plan.
 from __future__ import annotations
 
 import bisect
-import functools
 import hashlib
 import itertools
 import json
+import marshal
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..._bulk import collector_paused
 from ..._errors import CatalogError
 from ._normalization import (
     DESCRIPTION_LIMIT,
@@ -37,11 +38,13 @@ VERSION_LENGTH = 16
 _EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 """What a tool without a usable `inputSchema` is shown with: it takes no arguments."""
 
+_DIGEST_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
+"""What an entry's digest hashes: canonical JSON (one encoder for every entry)."""
 _RESULT_KEYS = {"tools", "nextCursor", "_meta"}
 """Keys of a `tools/list` result: a JSON object with only these is one server's list, not a mapping."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ToolEntry:
     """One tool as the rest of the project sees it."""
 
@@ -60,26 +63,31 @@ class ToolEntry:
     input_schema: dict[str, Any] = field(hash=False)
     output_schema: dict[str, Any] | None = field(hash=False)
     annotations: dict[str, Any] | None = field(hash=False)
+    _digest: str | None = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     def definition(self) -> dict[str, Any]:
         """The definition as sent to a model: qualified name, description, input schema."""
         return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
 
-    @functools.cached_property
+    @property
     def digest(self) -> str:
-        """Content hash of everything the entry shows (names, servers, texts, schemas)."""
-        payload = [
-            self.name,
-            self.servers,
-            self.tool,
-            self.title,
-            self.description,
-            self.input_schema,
-            self.output_schema,
-            self.annotations,
-        ]
-        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
-        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        """Content hash of everything the entry shows (names, servers, texts, schemas); computed once."""
+        found = self._digest
+        if found is None:
+            payload = [
+                self.name,
+                self.servers,
+                self.tool,
+                self.title,
+                self.description,
+                self.input_schema,
+                self.output_schema,
+                self.annotations,
+            ]
+            text = _DIGEST_JSON.encode(payload)
+            found = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+            object.__setattr__(self, "_digest", found)
+        return found
 
 
 class ToolCatalog:
@@ -129,8 +137,10 @@ class ToolCatalog:
         """From `{server: [tools/list dicts]}`, normalized: qualified names, exact duplicates collapsed
         within each replica group (`replicas`: server -> group; see `normalize`), texts sanitized and cut
         at `description_limit` characters (`mcp.max_description_chars`)."""
-        tools, renamed = normalize_counting(tools_by_server, replicas)
-        catalog = cls(_entry(tool, description_limit) for tool in tools)
+        with collector_paused():
+            tools, renamed = normalize_counting(tools_by_server, replicas)
+            shown = _Shown()
+            catalog = cls(_entry(tool, description_limit, shown) for tool in tools)
         catalog._recipe = (frozenset((replicas or {}).items()), description_limit, renamed > 0)
         return catalog
 
@@ -142,7 +152,8 @@ class ToolCatalog:
         Raises:
             CatalogError: the path is missing or a file is not one of these shapes (names file and item).
         """
-        return cls.from_lists(read_snapshot(path), description_limit=description_limit)
+        with collector_paused():
+            return cls.from_lists(read_snapshot(path), description_limit=description_limit)
 
     def updated(
         self,
@@ -166,8 +177,9 @@ class ToolCatalog:
         lists = {server: tools_by_server[server] for server in servers if server in tools_by_server}
         tools, renamed = normalize_counting(lists, replicas)
         parts: dict[str, list[ToolEntry]] = {server: [] for server in servers}
+        shown = _Shown()
         for tool in tools:
-            parts[tool.server].append(_entry(tool, description_limit))
+            parts[tool.server].append(_entry(tool, description_limit, shown))
         try:
             if renamed:
                 raise ValueError("a name was re-hashed")
@@ -409,13 +421,54 @@ def _lookups(
 # ---------------------------------------------------------------------- snapshots
 
 
-def _entry(tool: NormalizedTool, limit: int = DESCRIPTION_LIMIT) -> ToolEntry:
+class _Shown:
+    """Within one build, what `_entry` made of each distinct definition, so that the same tool offered by
+    many servers (replicas, a registry's deployments of one server) is read once and its entries share
+    texts and schemas. Definitions are told apart by their `marshal` bytes (exact types: 1, 1.0 and true
+    differ); after SHARING_TRIAL definitions with few repeats it stops looking (a catalog of distinct tools)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[bytes, tuple[Any, ...]] | None = {}
+        self._looked = 0
+        self._repeats = 0
+
+    def fields(self, raw: Mapping[str, Any], limit: int) -> tuple[Any, ...]:
+        seen = self._seen
+        if seen is None or type(raw) is not dict:
+            return _shown_fields(raw, limit)
+        try:
+            key = marshal.dumps(raw)
+        except ValueError:  # a value marshal does not take (a subclass, an object): read it alone
+            return _shown_fields(raw, limit)
+        found = seen.get(key)
+        self._looked += 1
+        if found is not None:
+            self._repeats += 1
+            return found
+        if self._looked >= SHARING_TRIAL and self._repeats * 10 < self._looked:
+            self._seen = None
+        found = seen[key] = _shown_fields(raw, limit)
+        return found
+
+
+SHARING_TRIAL = 2000
+"""Definitions looked at before `_Shown` decides whether tools repeat enough (a tenth) to keep looking."""
+
+
+def _entry(tool: NormalizedTool, limit: int = DESCRIPTION_LIMIT, shown: _Shown | None = None) -> ToolEntry:
     """Read the wire-shaped definition (camelCase keys) without trusting its types or its text.
 
     Descriptions (the tool's and those inside its schemas) pass through `sanitize_text` here, once,
     so every path that shows a tool to a model or a terminal shows the same cleaned, capped text.
+    With `shown`, a definition equal to one seen before in the same build is not read again.
     """
     raw = tool.definition
+    fields = shown.fields(raw, limit) if shown is not None else _shown_fields(raw, limit)
+    return ToolEntry(tool.name, tool.server, tool.servers, tool.tool, *fields)
+
+
+def _shown_fields(raw: Mapping[str, Any], limit: int) -> tuple[Any, ...]:
+    """title, description, summary, input schema, output schema and annotations of a raw definition."""
     description = sanitize_text(raw.get("description"), limit)
     schema = raw.get("inputSchema", raw.get("input_schema"))
     output = raw.get("outputSchema", raw.get("output_schema"))
@@ -424,17 +477,13 @@ def _entry(tool: NormalizedTool, limit: int = DESCRIPTION_LIMIT) -> ToolEntry:
     title = raw.get("title")
     if not isinstance(title, str) and annotations is not None:
         title = annotations.get("title")
-    return ToolEntry(
-        name=tool.name,
-        server=tool.server,
-        servers=tool.servers,
-        tool=tool.tool,
-        title=one_line(sanitize_text(title, limit)) or None if isinstance(title, str) else None,
-        description=description,
-        summary=one_line(description),
-        input_schema=sanitize_schema(dict(schema), limit) if isinstance(schema, Mapping) else dict(_EMPTY_SCHEMA),
-        output_schema=sanitize_schema(dict(output), limit) if isinstance(output, Mapping) else None,
-        annotations=annotations,
+    return (
+        one_line(sanitize_text(title, limit)) or None if isinstance(title, str) else None,
+        description,
+        one_line(description),
+        sanitize_schema(dict(schema), limit) if isinstance(schema, Mapping) else dict(_EMPTY_SCHEMA),
+        sanitize_schema(dict(output), limit) if isinstance(output, Mapping) else None,
+        annotations,
     )
 
 
@@ -478,9 +527,9 @@ def _server_list(data: Any, path: Path, server: str) -> list[dict[str, Any]]:
     if not isinstance(data, list):
         raise CatalogError(f"{path}: server {server!r}: expected a list of tools, got {type(data).__name__}")
     for index, tool in enumerate(data):
-        if not isinstance(tool, Mapping):
+        if not isinstance(tool, dict):
             raise CatalogError(f"{path}: server {server!r}: tool {index} is {type(tool).__name__}, not an object")
-    return [dict(tool) for tool in data]
+    return data  # parsed here and held by no one else: no copy needed
 
 
 def _tools_with_server(data: list[Any], path: Path) -> dict[str, list[dict[str, Any]]]:

@@ -8,12 +8,15 @@ it cannot collide, is in docs/naming.md. Pure: no I/O, no clock, no randomness.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii as _json_string
 from typing import Any
 
 __all__ = [
@@ -70,6 +73,11 @@ _ROLE_LINE = re.compile(
 """A line that could read as a new role turn, a chat-template token or a role/instructions section.
 Ordinary headings, XML-ish tags such as <examples> and rules stay: real descriptions use them."""
 _SCHEMA_TEXT_KEYS = ("description", "title")
+_SCHEMA_VALUE_KEYS = frozenset(("enum", "const", "default", "examples", "pattern"))
+"""Schema keys whose values a call must match: never rewritten."""
+_ANY_ROLE_LINE = re.compile(_ROLE_LINE.pattern, re.IGNORECASE | re.MULTILINE)
+_BLANK_RUN = re.compile(r"(?:\A|\n)[ \t]*\n[ \t]*\n[ \t]*(?:\n|\Z)")
+"""Three blank lines in a row (spaces and tabs only)."""
 
 _PART = re.compile(r"[A-Za-z0-9_-]+")
 _INVALID_RUN = re.compile(r"[^A-Za-z0-9_-]+")
@@ -80,6 +88,9 @@ _READABLE_BUDGET = MAX_NAME_LENGTH - len(SEPARATOR) - len(HASH_MARK) - HASH_LENG
 MIN_NAME_LENGTH = 24
 """Shortest `max_length` a name may be fitted into: separator, mark and hash take 15 characters, and the
 readable part keeps at least 9 so a human still sees which server and tool it is."""
+_PART_CACHE = 1 << 16
+"""Server and tool names whose checks and sanitised forms are kept: a server's tools and the tools many
+servers share are named from them again and again."""
 _WORD_BREAK_MIN = 0.5
 """`one_line` cuts at the last space only if that keeps at least half the limit; otherwise mid-word."""
 
@@ -130,7 +141,7 @@ def one_line(text: object, limit: int = SUMMARY_LIMIT) -> str:
         return ""
     if not isinstance(text, str):  # odd input from a server (a number, a list): describe, never raise
         text = str(text)
-    kept = text.translate(_ASCII_SAFE) if text.isascii() else "".join(_safe_char(c) for c in text)
+    kept = text.translate(_ASCII_SAFE if text.isascii() else _SAFE)
     line = " ".join(kept.split())
     if len(line) <= limit:
         return line
@@ -155,9 +166,11 @@ def sanitize_text(text: object, limit: int = DESCRIPTION_LIMIT) -> str:
     """
     if text is None or limit <= 0:
         return ""
+    if type(text) is str and _is_clean(text, limit):
+        return text
     raw = text if isinstance(text, str) else str(text)
     raw = _ANSI.sub("", raw.replace("\r\n", "\n"))
-    kept = "".join(_text_char(char) for char in raw) if not raw.isascii() else raw.translate(_ASCII_TEXT)
+    kept = raw.translate(_ASCII_TEXT if raw.isascii() else _TEXT)
     lines: list[str] = []
     blank = 0
     fenced = False  # inside a ``` code block, where `# comment` lines are code, not headings
@@ -189,6 +202,19 @@ def sanitize_text(text: object, limit: int = DESCRIPTION_LIMIT) -> str:
     return cut.rstrip() + TRUNCATION_MARK.format(omitted=len(result) - len(cut.rstrip()))
 
 
+def _is_clean(text: str, limit: int) -> bool:
+    """Whether `sanitize_text` leaves `text` as it is, for the usual description: ASCII without control
+    characters, no line that could fake a turn (searched over the whole text, which finds at least every
+    line the per-line check would), no run of more than MAX_BLANK_LINES blank lines, within `limit`."""
+    return (
+        len(text) <= limit
+        and text.isascii()
+        and _ASCII_UNSAFE.search(text) is None
+        and _ANY_ROLE_LINE.search(text) is None
+        and _BLANK_RUN.search(text) is None
+    )
+
+
 def sanitize_schema(schema: Any, limit: int = DESCRIPTION_LIMIT) -> Any:
     """A JSON schema with every `description` and `title` string passed through `sanitize_text`.
 
@@ -201,8 +227,8 @@ def sanitize_schema(schema: Any, limit: int = DESCRIPTION_LIMIT) -> Any:
         for key, value in schema.items():
             if key in _SCHEMA_TEXT_KEYS and isinstance(value, str):
                 clean: Any = sanitize_text(value, limit)
-            elif key in ("enum", "const", "default", "examples", "pattern"):
-                continue
+            elif key in _SCHEMA_VALUE_KEYS or not isinstance(value, dict | list):
+                continue  # values a call must match, and leaves (returned as they are)
             else:
                 clean = sanitize_schema(value, limit)
             if clean is not value and clean != value:
@@ -247,36 +273,42 @@ def _offers(
 ) -> list[NormalizedTool]:
     """Each distinct offer of each (replica group, tool), named after its first server; unsorted."""
     groups_of = replicas or {}
-    # (replica group, tool) -> groups of identical offers
+    sharing = Counter(groups_of.get(server, server) for server in tools_by_server)
+    entries: list[NormalizedTool] = []
+    # (replica group, tool) -> groups of identical offers, for servers that share a replica group
     by_tool: dict[tuple[str, str], list[list[tuple[str, Mapping[str, Any]]]]] = {}
     for server in sorted(tools_by_server):
         seen: set[str] = set()
+        group = groups_of.get(server, server)
+        alone = sharing[group] == 1  # nothing to collapse with: every tool is its own entry
         offered: Sequence[object] = tools_by_server[server] or ()  # a server's list is untrusted
         for definition in offered:
-            if not isinstance(definition, Mapping):
+            if type(definition) is not dict and not isinstance(definition, Mapping):
                 continue
             tool = _tool_name(definition)
             if tool in seen:
                 continue
             seen.add(tool)
-            groups = by_tool.setdefault((groups_of.get(server, server), tool), [])
-            for group in groups:
-                if _same_tool(group[0][1], definition):
-                    group.append((server, definition))
+            if alone:
+                entries.append(NormalizedTool(qualified_name(server, tool), server, (server,), tool, definition))
+                continue
+            offers = by_tool.setdefault((group, tool), [])
+            for offer in offers:
+                if _same_tool(offer[0][1], definition):
+                    offer.append((server, definition))
                     break
             else:
-                groups.append([(server, definition)])
-
-    entries = [
+                offers.append([(server, definition)])
+    entries += [
         NormalizedTool(
-            name=qualified_name(group[0][0], tool),
-            server=group[0][0],
-            servers=tuple(server for server, _ in group),
+            name=qualified_name(offer[0][0], tool),
+            server=offer[0][0],
+            servers=tuple(server for server, _ in offer),
             tool=tool,
-            definition=group[0][1],
+            definition=offer[0][1],
         )
-        for (_replicas, tool), groups in by_tool.items()
-        for group in groups
+        for (_replicas, tool), offers in by_tool.items()
+        for offer in offers
     ]
     return entries
 
@@ -302,13 +334,22 @@ def _is_lossless(server: str, tool: str, max_length: int = MAX_NAME_LENGTH) -> b
     return (
         isinstance(server, str)
         and isinstance(tool, str)
-        and _PART.fullmatch(server) is not None
-        and _PART.fullmatch(tool) is not None
-        and SEPARATOR not in server
-        and not server.endswith("_")
         and len(server) + len(SEPARATOR) + len(tool) <= max_length
-        and _HASHED_TAIL.search(tool) is None
+        and _lossless_server(server)
+        and _lossless_tool(tool)
     )
+
+
+@functools.lru_cache(maxsize=_PART_CACHE)
+def _lossless_server(server: str) -> bool:
+    """The server half of `_is_lossless` (a server's tools ask it once each)."""
+    return _PART.fullmatch(server) is not None and SEPARATOR not in server and not server.endswith("_")
+
+
+@functools.lru_cache(maxsize=_PART_CACHE)
+def _lossless_tool(tool: str) -> bool:
+    """The tool half of `_is_lossless` (the same tool names recur on many servers)."""
+    return _PART.fullmatch(tool) is not None and _HASHED_TAIL.search(tool) is None
 
 
 def _hashed_name(server: str, tool: str, attempt: int, max_length: int = MAX_NAME_LENGTH) -> str:
@@ -316,7 +357,7 @@ def _hashed_name(server: str, tool: str, attempt: int, max_length: int = MAX_NAM
     if not MIN_NAME_LENGTH <= max_length <= MAX_NAME_LENGTH:
         raise ValueError(f"max_length {max_length} is outside {MIN_NAME_LENGTH}..{MAX_NAME_LENGTH}")
     budget = _READABLE_BUDGET - (MAX_NAME_LENGTH - max_length)
-    server_part = _UNDERSCORE_RUN.sub("_", _sanitise(server)).strip("_")
+    server_part = _server_part(server if isinstance(server, str) else str(server))
     tool_part = _sanitise(tool)
     keep = min(len(server_part), max(min(SERVER_KEEP, budget // 2), budget - len(tool_part)))
     server_part = server_part[:keep].rstrip("_")
@@ -324,9 +365,22 @@ def _hashed_name(server: str, tool: str, attempt: int, max_length: int = MAX_NAM
     return f"{server_part}{SEPARATOR}{tool_part}{HASH_MARK}{_digest(server, tool, attempt)}"
 
 
+@functools.lru_cache(maxsize=_PART_CACHE)
+def _server_part(server: str) -> str:
+    """The readable server part of a hashed name: sanitised, underscore runs and ends trimmed."""
+    return _UNDERSCORE_RUN.sub("_", _sanitise(server)).strip("_")
+
+
 def _sanitise(part: str) -> str:
     """ASCII-fold (é -> e, ｇ -> g, ﬁ -> fi), then each run of other characters becomes one `_`."""
-    decomposed = unicodedata.normalize("NFKD", part if isinstance(part, str) else str(part))
+    return _sanitised(part if isinstance(part, str) else str(part))
+
+
+@functools.lru_cache(maxsize=_PART_CACHE)
+def _sanitised(part: str) -> str:
+    if part.isascii():  # NFKD changes no ASCII character
+        return _INVALID_RUN.sub("_", part)
+    decomposed = unicodedata.normalize("NFKD", part)
     folded = "".join(c for c in decomposed if not unicodedata.combining(c))
     return _INVALID_RUN.sub("_", folded)
 
@@ -334,7 +388,10 @@ def _sanitise(part: str) -> str:
 def _digest(server: str, tool: str, attempt: int) -> str:
     """Hash of the exact originals; JSON keeps the pair unambiguous and lone surrogates encodable."""
     key: list[Any] = [server, tool] if attempt == 0 else [server, tool, attempt]
-    payload = json.dumps(key, ensure_ascii=True, default=str)
+    if type(server) is str and type(tool) is str:  # what json.dumps writes for two strings, without its setup
+        payload = f"[{_json_string(server)}, {_json_string(tool)}{f', {attempt}' if attempt else ''}]"
+    else:
+        payload = json.dumps(key, ensure_ascii=True, default=str)
     return hashlib.sha256(payload.encode("ascii")).hexdigest()[:HASH_LENGTH]
 
 
@@ -424,3 +481,25 @@ _ASCII_SAFE = str.maketrans({chr(code): _safe_char(chr(code)) for code in range(
 building a 10,000-tool catalog (about 1.7 s) before this table."""
 _ASCII_TEXT = str.maketrans({chr(code): _text_char(chr(code)) for code in range(128)})
 """`_text_char` precomputed for ASCII (most descriptions)."""
+_ASCII_UNSAFE = re.compile(
+    "[" + re.escape("".join(chr(code) for code in range(128) if _text_char(chr(code)) != chr(code))) + "]"
+)
+"""The ASCII characters `sanitize_text` changes (controls but tab and newline)."""
+
+
+class _CharTable(dict[int, str]):
+    """A `str.translate` table filled per code point on first sight, from a per-character rule."""
+
+    def __init__(self, rule: Callable[[str], str]) -> None:
+        super().__init__()
+        self._rule = rule
+
+    def __missing__(self, code: int) -> str:
+        found = self[code] = self._rule(chr(code))
+        return found
+
+
+_SAFE = _CharTable(_safe_char)
+"""`_safe_char` for any text, at `str.translate`'s speed once a character has been seen."""
+_TEXT = _CharTable(_text_char)
+"""`_text_char` for any text."""
