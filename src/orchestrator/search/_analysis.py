@@ -13,6 +13,7 @@ weighted counts (`tool_document`).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import chain
 from typing import TYPE_CHECKING, Any
@@ -160,6 +161,14 @@ class Analyzer:
         cached = self._texts.get(text)
         if cached is not None:
             return cached
+        out = np.fromiter(self.term_ids(text), np.int32)
+        if len(self._texts) >= TEXT_CACHE_LIMIT:
+            self._texts.clear()
+        self._texts[text] = out
+        return out
+
+    def term_ids(self, text: str) -> Iterator[int]:
+        """Term ids of `text`, in order, without keeping the text (a server name: one per server)."""
         runs = _runs(text)
         cache = self._run_ids
         try:
@@ -171,11 +180,7 @@ class Analyzer:
                 if run not in cache:
                     cache[run] = tuple(map(self._term_id, self._split(run)))
             found = list(map(cache.__getitem__, runs))
-        out = np.fromiter(chain.from_iterable(found), np.int32)
-        if len(self._texts) >= TEXT_CACHE_LIMIT:
-            self._texts.clear()
-        self._texts[text] = out
-        return out
+        return chain.from_iterable(found)
 
     def _split(self, run: str) -> tuple[str, ...]:
         """The terms of one run: split on case and digits, lowercased, stopwords dropped, stemmed (each

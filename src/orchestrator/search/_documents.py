@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -150,13 +151,15 @@ def _count_shared(
     m_terms, m_sums = m_terms[by_model], m_sums[by_model]
     m_lengths = np.bincount(m_docs, minlength=len(models))
     servers = {server: index for index, server in enumerate(dict.fromkeys(entry.server for entry in entries))}
-    s_ids = [analyzer.ids(server) for server in servers]
-    s_lengths = np.array([len(ids) for ids in s_ids], dtype=np.int64)
+    s_ids = [tuple(analyzer.term_ids(server)) for server in servers]
+    s_lengths = np.fromiter(map(len, s_ids), np.int64, len(s_ids))
     server_weight = weights.values()[0]
     if (float(m_sums.max(initial=0.0)) + float(s_lengths.max(initial=0)) * server_weight) * 2.0**bits >= 2.0**24:
         return None  # a float32 sum might round: count word by word
     s_total = int(s_lengths.sum())
-    source_terms = np.concatenate([*s_ids, m_terms.astype(np.int32)])
+    source_terms = np.concatenate(
+        [np.fromiter(chain.from_iterable(s_ids), np.int32, s_total), m_terms.astype(np.int32)]
+    )
     source_weights = np.concatenate([np.full(s_total, server_weight, np.float32), m_sums])
     entry_server = np.fromiter((servers[entry.server] for entry in entries), np.int64, len(entries))
     entry_model = np.asarray(of_entry, dtype=np.int64)

@@ -19,16 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from ..._bulk import collector_paused
-from ..._errors import CatalogError
 from ._normalization import (
     DESCRIPTION_LIMIT,
     NormalizedTool,
     normalize_counting,
+    offers_alone,
     one_line,
     qualified_name,
     sanitize_schema,
     sanitize_text,
 )
+from ._snapshot import Unstreamable, read_snapshot, snapshot_lists
 
 __all__ = ["ToolCatalog", "ToolEntry", "read_snapshot"]
 
@@ -40,8 +41,6 @@ _EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 
 _DIGEST_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
 """What an entry's digest hashes: canonical JSON (one encoder for every entry)."""
-_RESULT_KEYS = {"tools", "nextCursor", "_meta"}
-"""Keys of a `tools/list` result: a JSON object with only these is one server's list, not a mapping."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +152,11 @@ class ToolCatalog:
             CatalogError: the path is missing or a file is not one of these shapes (names file and item).
         """
         with collector_paused():
-            return cls.from_lists(read_snapshot(path), description_limit=description_limit)
+            try:
+                catalog = _streamed(snapshot_lists(path), description_limit)
+            except Unstreamable:
+                catalog = None
+            return catalog or cls.from_lists(read_snapshot(path), description_limit=description_limit)
 
     def updated(
         self,
@@ -396,6 +399,13 @@ def _lookups(
     new_tools = dict(by_tool or {})
     touched: dict[str, list[ToolEntry]] = {}
     alias_tools: set[str] = set()
+    if not new_tools:  # a new catalog's entries, sorted by name: so is each name's list
+        for entry in added:
+            touched.setdefault(entry.tool, []).append(entry)
+            if len(entry.servers) > 1:
+                alias_tools.add(entry.tool)
+        new_tools = {tool: tuple(entries) for tool, entries in touched.items()}
+        touched, added = {}, ()
     for entry in removed:
         touched.setdefault(entry.tool, list(new_tools.get(entry.tool, ()))).remove(entry)
         if len(entry.servers) > 1:
@@ -404,7 +414,7 @@ def _lookups(
         touched.setdefault(entry.tool, list(new_tools.get(entry.tool, ()))).append(entry)
         if len(entry.servers) > 1:
             alias_tools.add(entry.tool)
-    for tool, entries in touched.items():
+    for tool, entries in touched.items():  # (an update's added entries: merged, then sorted)
         if entries:
             new_tools[tool] = tuple(sorted(entries, key=lambda entry: entry.name))
         else:
@@ -421,38 +431,42 @@ def _lookups(
 # ---------------------------------------------------------------------- snapshots
 
 
+def _streamed(lists: Iterable[tuple[str, list[dict[str, Any]]]], limit: int) -> ToolCatalog | None:
+    """`from_lists` over snapshot lists read one server at a time (every server is alone: a snapshot has no
+    replica groups), so the server's parsed list is gone before the next is read. None when names would
+    depend on other servers (two tools sharing a hashed name): build from all lists then."""
+    parts: dict[str, list[ToolEntry]] = {}
+    shown = _Shown()
+    for server, tools in lists:
+        parts[server] = [_entry(tool, limit, shown) for tool in offers_alone(server, tools)]
+    try:
+        catalog = ToolCatalog(entry for part in parts.values() for entry in part)
+    except ValueError:  # two tools share a name: normalize_counting re-hashes one, over every server
+        return None
+    catalog._recipe = (frozenset(), limit, False)
+    return catalog
+
+
 class _Shown:
     """Within one build, what `_entry` made of each distinct definition, so that the same tool offered by
     many servers (replicas, a registry's deployments of one server) is read once and its entries share
-    texts and schemas. Definitions are told apart by their `marshal` bytes (exact types: 1, 1.0 and true
-    differ); after SHARING_TRIAL definitions with few repeats it stops looking (a catalog of distinct tools)."""
+    texts and schemas. Definitions are told apart by a 128-bit BLAKE2 hash of their `marshal` bytes (exact
+    types: 1, 1.0 and true differ; no two definitions share a hash in practice, nor can a server make one)."""
 
     def __init__(self) -> None:
-        self._seen: dict[bytes, tuple[Any, ...]] | None = {}
-        self._looked = 0
-        self._repeats = 0
+        self._seen: dict[bytes, tuple[Any, ...]] = {}
 
     def fields(self, raw: Mapping[str, Any], limit: int) -> tuple[Any, ...]:
-        seen = self._seen
-        if seen is None or type(raw) is not dict:
+        if type(raw) is not dict:
             return _shown_fields(raw, limit)
         try:
-            key = marshal.dumps(raw)
+            key = hashlib.blake2b(marshal.dumps(raw), digest_size=16).digest()
         except ValueError:  # a value marshal does not take (a subclass, an object): read it alone
             return _shown_fields(raw, limit)
-        found = seen.get(key)
-        self._looked += 1
-        if found is not None:
-            self._repeats += 1
-            return found
-        if self._looked >= SHARING_TRIAL and self._repeats * 10 < self._looked:
-            self._seen = None
-        found = seen[key] = _shown_fields(raw, limit)
+        found = self._seen.get(key)
+        if found is None:
+            found = self._seen[key] = _shown_fields(raw, limit)
         return found
-
-
-SHARING_TRIAL = 2000
-"""Definitions looked at before `_Shown` decides whether tools repeat enough (a tenth) to keep looking."""
 
 
 def _entry(tool: NormalizedTool, limit: int = DESCRIPTION_LIMIT, shown: _Shown | None = None) -> ToolEntry:
@@ -485,61 +499,3 @@ def _shown_fields(raw: Mapping[str, Any], limit: int) -> tuple[Any, ...]:
         sanitize_schema(dict(output), limit) if isinstance(output, Mapping) else None,
         annotations,
     )
-
-
-def read_snapshot(path: str | Path) -> dict[str, list[dict[str, Any]]]:
-    """`{server: [tool dicts]}` from a snapshot folder or file (see `ToolCatalog.from_snapshot`)."""
-    path = Path(path)
-    if path.is_dir():
-        files = sorted(file for file in path.glob("*.json") if file.is_file())
-        if not files:
-            raise CatalogError(f"{path}: snapshot folder holds no <server>.json files")
-        return {file.stem: _server_list(_read_json(file), file, file.stem) for file in files}
-    if not path.is_file():
-        raise CatalogError(f"{path}: snapshot not found (expected a folder of <server>.json or a JSON file)")
-    data = _read_json(path)
-    if isinstance(data, Mapping) and set(data) <= _RESULT_KEYS and "tools" in data:
-        return {path.stem: _server_list(data, path, path.stem)}
-    if isinstance(data, Mapping):
-        return {str(server): _server_list(tools, path, str(server)) for server, tools in data.items()}
-    if isinstance(data, list):
-        return _tools_with_server(data, path)
-    raise CatalogError(f"{path}: expected a JSON object or list of tools, got {type(data).__name__}")
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CatalogError(f"{path}: cannot read snapshot: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise CatalogError(f"{path}: snapshot is not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise CatalogError(f"{path}: invalid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}") from None
-    except RecursionError:  # Python's JSON parser recurses per nesting level
-        raise CatalogError(f"{path}: JSON nested too deeply to be a tool catalog") from None
-
-
-def _server_list(data: Any, path: Path, server: str) -> list[dict[str, Any]]:
-    """One server's tools: a list of tool objects, or a tools/list result `{"tools": [...]}`."""
-    if isinstance(data, Mapping) and isinstance(data.get("tools"), list):
-        data = data["tools"]
-    if not isinstance(data, list):
-        raise CatalogError(f"{path}: server {server!r}: expected a list of tools, got {type(data).__name__}")
-    for index, tool in enumerate(data):
-        if not isinstance(tool, dict):
-            raise CatalogError(f"{path}: server {server!r}: tool {index} is {type(tool).__name__}, not an object")
-    return data  # parsed here and held by no one else: no copy needed
-
-
-def _tools_with_server(data: list[Any], path: Path) -> dict[str, list[dict[str, Any]]]:
-    """A list of tools each carrying `server` (retrieval sets); without `server`, one server named by file."""
-    if not any(isinstance(tool, Mapping) and "server" in tool for tool in data):
-        return {path.stem: _server_list(data, path, path.stem)}
-    grouped: dict[str, list[dict[str, Any]]] = {}
-    for index, tool in enumerate(data):
-        if not isinstance(tool, Mapping) or not isinstance(tool.get("server"), str):
-            raise CatalogError(f"{path}: item {index} has no 'server' string (every tool needs one)")
-        definition = {key: value for key, value in tool.items() if key != "server"}
-        grouped.setdefault(tool["server"], []).append(definition)
-    return grouped

@@ -278,9 +278,11 @@ def _offers(
     # (replica group, tool) -> groups of identical offers, for servers that share a replica group
     by_tool: dict[tuple[str, str], list[list[tuple[str, Mapping[str, Any]]]]] = {}
     for server in sorted(tools_by_server):
-        seen: set[str] = set()
         group = groups_of.get(server, server)
-        alone = sharing[group] == 1  # nothing to collapse with: every tool is its own entry
+        if sharing[group] == 1:  # nothing to collapse with: every tool is its own entry
+            entries += offers_alone(server, tools_by_server[server])
+            continue
+        seen: set[str] = set()
         offered: Sequence[object] = tools_by_server[server] or ()  # a server's list is untrusted
         for definition in offered:
             if type(definition) is not dict and not isinstance(definition, Mapping):
@@ -289,9 +291,6 @@ def _offers(
             if tool in seen:
                 continue
             seen.add(tool)
-            if alone:
-                entries.append(NormalizedTool(qualified_name(server, tool), server, (server,), tool, definition))
-                continue
             offers = by_tool.setdefault((group, tool), [])
             for offer in offers:
                 if _same_tool(offer[0][1], definition):
@@ -310,6 +309,24 @@ def _offers(
         for (_replicas, tool), offers in by_tool.items()
         for offer in offers
     ]
+    return entries
+
+
+def offers_alone(server: str, tools: Sequence[Mapping[str, Any]] | None) -> list[NormalizedTool]:
+    """The entries of a server alone in its replica group, unsorted: `normalize` for it alone, before
+    names are checked against other servers' (`normalize_counting` re-hashes a name two tools share)."""
+    entries: list[NormalizedTool] = []
+    seen: set[str] = set()
+    servers = (server,)
+    offered: Sequence[object] = tools or ()  # a server's list is untrusted
+    for definition in offered:
+        if type(definition) is not dict and not isinstance(definition, Mapping):
+            continue
+        tool = _tool_name(definition)
+        if tool in seen:
+            continue
+        seen.add(tool)
+        entries.append(NormalizedTool(qualified_name(server, tool), server, servers, tool, definition))
     return entries
 
 
