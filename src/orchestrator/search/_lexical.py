@@ -42,10 +42,6 @@ __all__ = [
     "tool_document",
 ]
 
-CONTRIBUTION_CACHE = 2_000_000
-"""Postings pairs whose BM25 contributions an index keeps (16 MB): a term's contributions depend on the
-whole collection, so they are computed on the term's first search after each change, and the terms
-requests use again are scored by one addition."""
 
 
 class _Okapi(BM25Okapi):  # type: ignore[misc]  # rank_bm25 ships no types: BM25Okapi is Any to mypy
@@ -116,9 +112,10 @@ class LexicalIndex:
     def _use(self, corpus: Corpus) -> None:
         self._corpus = corpus
         self._bm25: _Okapi | None = None
-        self._contributions: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        """Term -> (slots, BM25 contribution to each), computed on a term's first search in this state."""
-        self._contributed = 0
+        self._contributions: dict[str, tuple[np.ndarray, np.ndarray, bool]] = {}
+        """Term -> (slots, BM25 contribution to each: 8 bytes a posting, whether its idf is positive),
+        computed on the term's first search in this state: contributions depend on the whole collection, so a
+        change would otherwise recompute every term's, and the terms requests use again cost one addition."""
         # BM25Okapi's length normalisation, evaluated as get_scores evaluates it, once per state.
         avgdl = corpus.avgdl or 1.0
         self._norm = self.k1 * (1 - self.b + self.b * corpus.lengths / avgdl)
@@ -240,13 +237,15 @@ class LexicalIndex:
         slots = np.concatenate([pair[0] for pair in found])
         # bincount adds each slot's contributions in the order given, from 0.0: term by term, as get_scores.
         scores = np.bincount(slots, weights=np.concatenate([pair[1] for pair in found]), minlength=capacity)
+        if all(pair[2] for pair in found):  # every contribution positive: the documents scored are those above 0
+            return scores, np.flatnonzero(scores)
         matched = np.zeros(capacity, dtype=bool)
         matched[slots] = True
         return scores, np.flatnonzero(matched)
 
-    def _contribution(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
-        """The slots holding `term` and its BM25 contribution to each, kept for later searches (up to
-        CONTRIBUTION_CACHE pairs per state: then the least recently computed go first)."""
+    def _contribution(self, term: str) -> tuple[np.ndarray, np.ndarray, bool] | None:
+        """The slots holding `term`, its BM25 contribution to each and whether its idf is positive (then so
+        is every contribution), kept for later searches."""
         corpus = self._corpus
         posting = corpus.postings.get(term)
         if posting is None:
@@ -254,13 +253,10 @@ class LexicalIndex:
         slots, narrow = posting
         freqs = narrow.astype(np.float64)
         k1 = self.k1
+        weight = idf(corpus.size, len(slots), corpus.eps)
         # get_scores' expression, in its order: idf * (f * (k1 + 1) / (f + k1 * (1 - b + b * dl / avgdl))).
-        found = slots, idf(corpus.size, len(slots), corpus.eps) * (freqs * (k1 + 1) / (freqs + self._norm[slots]))
-        cache = self._contributions
-        while cache and self._contributed + len(slots) > CONTRIBUTION_CACHE:
-            self._contributed -= len(cache.pop(next(iter(cache)))[0])
-        cache[term] = found
-        self._contributed += len(slots)
+        found = slots, weight * (freqs * (k1 + 1) / (freqs + self._norm[slots])), weight > 0
+        self._contributions[term] = found
         return found
 
     def top(self, scores: np.ndarray, candidates: np.ndarray, k: int) -> list[tuple[int, float]]:
