@@ -138,7 +138,8 @@ def _count_shared(
     models: list[ToolEntry] = []
     of_entry: list[int] = []
     for entry in entries:
-        key = (entry.tool, entry.title, entry.description, id(entry.input_schema))
+        # The same objects (a build shares a definition's texts and schema between its tools), same words.
+        key = (entry.tool, id(entry.title), id(entry.description), id(entry.input_schema))
         model = shared.setdefault(key, len(models))
         if model == len(models):
             models.append(entry)

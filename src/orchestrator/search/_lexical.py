@@ -43,7 +43,6 @@ __all__ = [
 ]
 
 
-
 class _Okapi(BM25Okapi):  # type: ignore[misc]  # rank_bm25 ships no types: BM25Okapi is Any to mypy
     """rank-bm25's BM25Okapi over an index's statistics, for checking the index against the library's own
     `get_scores`: one document per slot (a free slot is an empty document), the index's idf (floor

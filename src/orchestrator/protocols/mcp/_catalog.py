@@ -22,8 +22,8 @@ from ..._bulk import collector_paused
 from ._normalization import (
     DESCRIPTION_LIMIT,
     NormalizedTool,
+    named_alone,
     normalize_counting,
-    offers_alone,
     one_line,
     qualified_name,
     sanitize_schema,
@@ -436,9 +436,13 @@ def _streamed(lists: Iterable[tuple[str, list[dict[str, Any]]]], limit: int) -> 
     replica groups), so the server's parsed list is gone before the next is read. None when names would
     depend on other servers (two tools sharing a hashed name): build from all lists then."""
     parts: dict[str, list[ToolEntry]] = {}
-    shown = _Shown()
+    fields = _Shown().fields
     for server, tools in lists:
-        parts[server] = [_entry(tool, limit, shown) for tool in offers_alone(server, tools)]
+        servers = (server,)
+        parts[server] = [
+            ToolEntry(name, server, servers, tool, *fields(raw, limit))
+            for name, tool, raw in named_alone(server, tools)
+        ]
     try:
         catalog = ToolCatalog(entry for part in parts.values() for entry in part)
     except ValueError:  # two tools share a name: normalize_counting re-hashes one, over every server
@@ -450,8 +454,8 @@ def _streamed(lists: Iterable[tuple[str, list[dict[str, Any]]]], limit: int) -> 
 class _Shown:
     """Within one build, what `_entry` made of each distinct definition, so that the same tool offered by
     many servers (replicas, a registry's deployments of one server) is read once and its entries share
-    texts and schemas. Definitions are told apart by a 128-bit BLAKE2 hash of their `marshal` bytes (exact
-    types: 1, 1.0 and true differ; no two definitions share a hash in practice, nor can a server make one)."""
+    texts and schemas. Definitions are told apart by their `marshal` bytes (exact types: 1, 1.0 and true
+    differ); the bytes of distinct definitions are held until the build ends."""
 
     def __init__(self) -> None:
         self._seen: dict[bytes, tuple[Any, ...]] = {}
@@ -460,7 +464,7 @@ class _Shown:
         if type(raw) is not dict:
             return _shown_fields(raw, limit)
         try:
-            key = hashlib.blake2b(marshal.dumps(raw), digest_size=16).digest()
+            key = marshal.dumps(raw)
         except ValueError:  # a value marshal does not take (a subclass, an object): read it alone
             return _shown_fields(raw, limit)
         found = self._seen.get(key)

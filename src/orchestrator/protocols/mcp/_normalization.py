@@ -14,7 +14,7 @@ import json
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii as _json_string
 from typing import Any
@@ -315,9 +315,16 @@ def _offers(
 def offers_alone(server: str, tools: Sequence[Mapping[str, Any]] | None) -> list[NormalizedTool]:
     """The entries of a server alone in its replica group, unsorted: `normalize` for it alone, before
     names are checked against other servers' (`normalize_counting` re-hashes a name two tools share)."""
-    entries: list[NormalizedTool] = []
-    seen: set[str] = set()
     servers = (server,)
+    return [
+        NormalizedTool(name, server, servers, tool, definition) for name, tool, definition in named_alone(server, tools)
+    ]
+
+
+def named_alone(server: str, tools: Sequence[Mapping[str, Any]] | None) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
+    """(qualified name, tool name, definition) of each tool of a server alone in its replica group, in
+    its order: `offers_alone` without making a NormalizedTool of each."""
+    seen: set[str] = set()
     offered: Sequence[object] = tools or ()  # a server's list is untrusted
     for definition in offered:
         if type(definition) is not dict and not isinstance(definition, Mapping):
@@ -326,8 +333,7 @@ def offers_alone(server: str, tools: Sequence[Mapping[str, Any]] | None) -> list
         if tool in seen:
             continue
         seen.add(tool)
-        entries.append(NormalizedTool(qualified_name(server, tool), server, servers, tool, definition))
-    return entries
+        yield qualified_name(server, tool), tool, definition
 
 
 def reverse_map(tools: Iterable[NormalizedTool], *, aliases: bool = True) -> dict[str, tuple[str, str]]:
