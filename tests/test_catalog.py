@@ -146,3 +146,46 @@ async def test_the_managers_catalog_snapshots_live_tool_lists_and_follows_change
             await manager.wait_for_version(version, timeout=30)
             after = manager.catalog()
     assert "changing__brand_new" in after and after.version != before.version
+
+
+SNAPSHOT_TEXTS = [
+    json.dumps({"time": TIME_TOOLS, "fetch": FETCH_TOOLS}, indent=2),
+    json.dumps({"tools": TIME_TOOLS, "nextCursor": None}),
+    json.dumps({"tools": TIME_TOOLS, "fetch": FETCH_TOOLS}),
+    '{"time": ' + json.dumps(FETCH_TOOLS) + ', "time" : ' + json.dumps(TIME_TOOLS) + "}\n",
+    json.dumps([{"server": "time", **tool} for tool in TIME_TOOLS]),
+    json.dumps(TIME_TOOLS),
+    "{}",
+]
+
+
+@pytest.mark.parametrize("text", SNAPSHOT_TEXTS)
+def test_a_snapshot_read_server_by_server_is_the_catalog_of_all_its_lists(tmp_path: Path, text: str) -> None:
+    from orchestrator.protocols.mcp._catalog import read_snapshot
+
+    path = tmp_path / "snapshot.json"
+    path.write_text(text)
+    catalog = ToolCatalog.from_snapshot(path)
+    assert catalog.entries == ToolCatalog.from_lists(read_snapshot(path)).entries
+    assert catalog.version == ToolCatalog.from_lists(read_snapshot(path)).version
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"time": 3, "fetch": [}',  # a bad list first, then a syntax error: the syntax error is reported
+        '{"time": [], "fetch": []} trailing',
+        '{"time": [1]}',
+        "\ufeff{}",
+    ],
+)
+def test_a_faulty_snapshot_file_is_reported_as_when_read_whole(tmp_path: Path, text: str) -> None:
+    from orchestrator.protocols.mcp._catalog import read_snapshot
+
+    path = tmp_path / "snapshot.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(CatalogError) as whole:
+        read_snapshot(path)
+    with pytest.raises(CatalogError) as streamed:
+        ToolCatalog.from_snapshot(path)
+    assert str(streamed.value) == str(whole.value)

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from ._clients import ClientKind, client_kind, client_rules
 from ._config import AgentProfile, Settings, ToolSearchSettings
-from ._directory import DIRECTORY_HEADER, Directory, build_directory
+from ._directory import DIRECTORY_HEADER, Directory, Listings, build_directory
 from ._meta_tools import META_TOOL_DEFINITIONS
 from ._telemetry import Telemetry
 from ._tokens import TokenCounter, compact_json
@@ -103,13 +103,19 @@ class ToolPlan:
         return replace(self, tools=[dict(tool) for tool in self.tools], pinned=list(self.pinned))
 
 
-def plan_tools(catalog: ToolCatalog, settings: ToolSearchSettings, counter: TokenCounter | None = None) -> ToolPlan:
+def plan_tools(
+    catalog: ToolCatalog,
+    settings: ToolSearchSettings,
+    counter: TokenCounter | None = None,
+    listings: Listings | None = None,
+) -> ToolPlan:
     """Full or search mode for one spawn, with the prompt section and definitions to send.
 
     Full when `settings.enabled` is false or every definition together costs at most
     `threshold_tokens`; search mode otherwise, and always when the catalog has more than
     `settings.max_tools` tools. Pure: the same catalog and settings give the same plan,
-    byte for byte. `counter` (for `settings.tokenizer`) remembers per-tool counts across calls.
+    byte for byte. `counter` (for `settings.tokenizer`) remembers per-tool counts across calls, and
+    `listings` what each server adds to the directory.
 
     Raises:
         TokenizerError: `settings.tokenizer` cannot be loaded.
@@ -138,7 +144,7 @@ def plan_tools(catalog: ToolCatalog, settings: ToolSearchSettings, counter: Toke
             tools=[entry.definition() for entry in catalog],
             pinned=pinned_names,
         )
-    directory = build_directory(catalog, settings.directory_budget_tokens, settings.tokenizer)
+    directory = build_directory(catalog, settings.directory_budget_tokens, settings.tokenizer, listings)
     prompt = f"{DIRECTORY_HEADER}\n\n{_directory_title(directory)}\n{directory.text}"
     tools = [dict(definition) for definition in META_TOOL_DEFINITIONS] + [entry.definition() for entry in pinned]
     prompt_tokens = (
@@ -272,6 +278,7 @@ class SpawnPlanner:
         self.settings = settings
         self.telemetry = telemetry if telemetry is not None else Telemetry()
         self._counters: dict[str, TokenCounter] = {}
+        self._listings: dict[str, Listings] = {}
         self._plans: dict[tuple[str, str], ToolPlan] = {}
         self._lock = threading.Lock()
 
@@ -288,7 +295,10 @@ class SpawnPlanner:
         key = (catalog.version, settings.model_dump_json())
         cached = self._plans.get(key)
         if cached is None:
-            cached = plan_tools(catalog, settings, self.counter(settings.tokenizer))
+            encoding = settings.tokenizer
+            with self._lock:
+                listings = self._listings.setdefault(encoding, Listings(encoding))
+            cached = plan_tools(catalog, settings, self.counter(encoding), listings)
             with self._lock:
                 if len(self._plans) >= PLAN_CACHE_SIZE:
                     self._plans.pop(next(iter(self._plans)))

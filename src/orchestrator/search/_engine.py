@@ -10,6 +10,7 @@ and token counting in their own modules. CPU-bound and synchronous: the gateway 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import logging
 import re
@@ -137,7 +138,8 @@ class Ranked:
 
 @dataclass(frozen=True)
 class _State:
-    """The index for one catalog version."""
+    """The index for one catalog version: searches read one state, and a new catalog version replaces the
+    whole state at once (never a mix of two versions). Document ids are the index's slots."""
 
     catalog: ToolCatalog
     index: LexicalIndex
@@ -194,7 +196,7 @@ class ToolSearchEngine:
         self._analyzer = Analyzer()  # kept across rebuilds: a changed catalog re-analyses only new text
         self._lock = threading.Lock()
         self.index_builds = 0
-        """How many times the index was built (once per catalog version seen)."""
+        """How many times the index was built or updated (once per catalog version seen)."""
 
     @property
     def settings(self) -> ToolSearchSettings:
@@ -238,21 +240,35 @@ class ToolSearchEngine:
     def _current(self) -> _State:
         catalog = self._source()
         state = self._state
-        if state is not None and state.catalog.version == catalog.version:
+        if state is not None and state.catalog is catalog:
             return state
         with self._lock:
             state = self._state
-            if state is None or state.catalog.version != catalog.version:
-                index = LexicalIndex(catalog.entries, self._analyzer)
-                # Equivalent tools are only looked for when results fold them (a tenth of a 10,000-tool build).
-                twins = _equivalents(catalog.entries, index) if self._settings.group_equivalents else {}
-                blend_index = index.with_k1(BLEND_BM25_K1) if self._blend is not None else index
-                state = _State(catalog, index, blend_index, twins)
-                if self._blend is not None:
-                    self._blend.prepare(catalog)
-                self._state = state
-                self.index_builds += 1
+            if state is None or state.catalog is not catalog:
+                state = self._state = self._index(catalog, state)
         return state
+
+    def _index(self, catalog: ToolCatalog, previous: _State | None) -> _State:
+        """The state for `catalog`: the previous one when the content is the same, else the previous index
+        updated with the entries that changed (`ToolCatalog.changes`), or a fresh index when there is no
+        previous one or most entries changed."""
+        change = previous.catalog.changes(catalog) if previous is not None else None
+        if previous is not None and (
+            change == ([], []) or (change is None and previous.catalog.version == catalog.version)
+        ):
+            return dataclasses.replace(previous, catalog=catalog)
+        self.index_builds += 1
+        if previous is None or change is None or len(change[0]) + len(change[1]) > len(catalog) // 2:
+            index = LexicalIndex(catalog.entries, self._analyzer)
+        else:
+            index = previous.index.updated(*change)
+        # Equivalent tools are only looked for when results fold them (a tenth of a 10,000-tool build).
+        twins = _equivalents(index) if self._settings.group_equivalents else {}
+        blend_index = index.with_k1(BLEND_BM25_K1) if self._blend is not None else index
+        if self._blend is not None:
+            index.server_names()  # what hybrid ranking's server preference reads, found now rather than in a search
+            self._blend.prepare(catalog)
+        return _State(catalog, index, blend_index, twins)
 
     # ------------------------------------------------------------------ search
 
@@ -287,16 +303,16 @@ class ToolSearchEngine:
 
     def _search(self, state: _State, query: str, limit: int) -> Ranked:
         """The hits, the ranking that produced them, and why hybrid ranking fell back (or None)."""
-        entries = state.catalog.entries
+        index = state.index
         if query[: len(SELECT_PREFIX)].lower() == SELECT_PREFIX:
             names = [name.strip() for name in query[len(SELECT_PREFIX) :].split(",")]
             chosen = list(dict.fromkeys(doc for name in names if name for doc in self._exact(state, name)[:1]))
-            return Ranked([_hit(entries[doc], 1.0) for doc in chosen[:limit]], "lexical", None)
+            return Ranked([_hit(index.entry(doc), 1.0) for doc in chosen[:limit]], "lexical", None)
         exact = self._exact(state, query)
         scores, candidates, ranking, fallback = self._scores(state, query)
         group = self._settings.group_equivalents and bool(state.twins)
         depth = limit + len(exact) + (limit * GROUP_DEPTH_FACTOR if group else 0)
-        ranked = [(doc, score) for doc, score in LexicalIndex.top(scores, candidates, depth) if doc not in exact]
+        ranked = [(doc, score) for doc, score in index.top(scores, candidates, depth) if doc not in exact]
         folded: dict[int, list[int]] = {doc: [] for doc in exact}
         rest: list[tuple[int, float]] = []
         for doc, score in ranked:
@@ -309,15 +325,17 @@ class ToolSearchEngine:
                 rest.append((doc, score))
         best = max((score for _doc, score in rest), default=0.0)
         # Exact matches outrank everything, and their score says so without leaving JSON's number range.
-        first = [_hit(entries[doc], float(max(best, 0.0) + 1.0)) for doc in exact[:limit]]
-        others = [_hit(entries[doc], score, [entries[twin].name for twin in folded[doc]]) for doc, score in rest]
+        first = [_hit(index.entry(doc), float(max(best, 0.0) + 1.0)) for doc in exact[:limit]]
+        others = [
+            _hit(index.entry(doc), score, [index.entry(twin).name for twin in folded[doc]]) for doc, score in rest
+        ]
         return Ranked(first + others, ranking, fallback)
 
     @staticmethod
     def _exact(state: _State, name: str) -> list[int]:
         """Document ids of the tools `name` names exactly (qualified name, alias or bare name)."""
-        catalog = state.catalog
-        return [catalog.position(entry.name) for entry in catalog.matches(name)]
+        slots = state.index.slots()
+        return [int(slots[state.catalog.position(entry.name)]) for entry in state.catalog.matches(name)]
 
     def _scores(
         self, state: _State, query: str
@@ -333,7 +351,7 @@ class ToolSearchEngine:
             return scores, candidates, "lexical", self._fallback
         scores, candidates, focus, terms = _lexical_scores(state.blend_index, query)
         try:
-            blended, admitted = self._blend.blend(focus, scores, candidates)
+            blended, admitted = _by_position(self._blend, state.index, focus, scores, candidates)
         except SemanticUnavailable as exc:  # logged once by the scorer; counted here on every search
             kind = exc.kind if exc.kind in FALLBACK_KINDS else "blend_failed"
             return *_lexical_scores(state.index, query)[:2], "lexical", kind
@@ -383,7 +401,7 @@ class ToolSearchEngine:
                 if not docs:
                     raise ToolNotFoundError(name, self._closest(state, name))
                 chosen.setdefault(docs[0])
-            return [state.catalog.entries[doc].definition() for doc in chosen]
+            return [state.index.entry(doc).definition() for doc in chosen]
 
     def closest(self, name: str) -> list[str]:
         """Known names nearest to an unknown `name`, for corrective errors (expand_tools, call_tool)."""
@@ -396,10 +414,13 @@ class ToolSearchEngine:
             name, [entry.name for entry in entries], SUGGESTIONS, _SUGGESTION_CUTOFF
         )
         bare = difflib.get_close_matches(name, [entry.tool for entry in entries], SUGGESTIONS, _SUGGESTION_CUTOFF)
-        suggestions = list(dict.fromkeys([*by_spelling, *(entries[self._exact(state, tool)[0]].name for tool in bare)]))
+        index = state.index
+        suggestions = list(
+            dict.fromkeys([*by_spelling, *(index.entry(self._exact(state, tool)[0]).name for tool in bare)])
+        )
         if not suggestions:
-            scores, candidates = state.index.scores(state.index.query_terms(name))
-            suggestions = [entries[doc].name for doc, _ in LexicalIndex.top(scores, candidates, SUGGESTIONS)]
+            scores, candidates = index.scores(index.query_terms(name))
+            suggestions = [index.entry(doc).name for doc, _ in index.top(scores, candidates, SUGGESTIONS)]
         return suggestions[:SUGGESTIONS]
 
 
@@ -445,8 +466,8 @@ def _long_scores(index: LexicalIndex, query: str) -> tuple[np.ndarray, np.ndarra
     per_step = [index.scores(index.query_terms(step)) for step in steps]
     strength = [float(s[c].max()) if c.size else 0.0 for s, c in per_step]
     top = max(strength)
-    best = np.full(index.size, -np.inf)
-    matched = np.zeros(index.size, dtype=bool)
+    best = np.full(index.capacity, -np.inf)
+    matched = np.zeros(index.capacity, dtype=bool)
     for (step_scores, step_candidates), step_best in zip(per_step, strength, strict=True):
         if not step_candidates.size:
             continue
@@ -473,7 +494,7 @@ def _hit(entry: ToolEntry, score: float, alternatives: Sequence[str] = ()) -> Se
     return SearchHit(entry.name, entry.server, entry.tool, entry.summary, score, tuple(alternatives))
 
 
-def _equivalents(entries: Sequence[ToolEntry], index: LexicalIndex) -> dict[int, frozenset[int]]:
+def _equivalents(index: LexicalIndex) -> dict[int, frozenset[int]]:
     """Tools offered by several servers: same tool name on another server, and descriptions that share at
     least EQUIVALENT_OVERLAP of the shorter one's words (with or without parameter names), each word
     weighted by its idf in the catalog, so generic words ("get", "list", "specific") count little and the
@@ -484,7 +505,8 @@ def _equivalents(entries: Sequence[ToolEntry], index: LexicalIndex) -> dict[int,
     idf: dict[str, float] = dict(index.bm25.idf) if index.bm25 is not None else {}
     top = max(idf.values(), default=1.0)
     by_name: dict[str, list[int]] = {}
-    for doc, entry in enumerate(entries):
+    entries = {doc: index.entry(doc) for doc in index.slots().tolist()}
+    for doc, entry in entries.items():
         by_name.setdefault(entry.tool.lower(), []).append(doc)
     twins: dict[int, set[int]] = {}
     for docs in by_name.values():
@@ -520,6 +542,18 @@ def _overlap(a: set[str], b: set[str], idf: dict[str, float], top: float) -> flo
         return 0.0
     weight = lambda term: max(idf.get(term, top), _IDF_FLOOR)  # noqa: E731
     return sum(map(weight, a & b)) / min(sum(map(weight, a)), sum(map(weight, b)))
+
+
+def _by_position(
+    blend: ScoreBlend, index: LexicalIndex, query: str, scores: np.ndarray, candidates: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """`blend.blend` over documents in catalog order (a blend reads the catalog's entries by position), its
+    scores and admitted documents returned by slot."""
+    slots = index.slots()
+    blended, admitted = blend.blend(query, scores[slots], np.sort(index.positions()[candidates]))
+    by_slot = np.zeros(index.capacity, dtype=np.float64)
+    by_slot[slots] = blended
+    return by_slot, slots[admitted]
 
 
 def _find_blend(

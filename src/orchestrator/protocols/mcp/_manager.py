@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
@@ -104,8 +105,10 @@ class MCPManager:
         self.telemetry = telemetry if telemetry is not None else Telemetry()
         self.guard = ToolGuard(self._configs, store if store is not None else MemoryStore(), self.telemetry)
         """Pinned definitions and held-back tools (`_pins.py`)."""
-        self._catalog: ToolCatalog | None = None
-        self._catalog_version = -1
+        self._catalog: tuple[int, ToolCatalog, dict[str, list[dict[str, Any]]]] | None = None
+        """(version, catalog, the lists it was built from): a new version re-normalizes only the servers
+        whose list object changed."""
+        self._catalog_lock = threading.Lock()
         self.schema_limits = SchemaLimits(
             max_depth=mcp_settings.schema_max_depth, max_bytes=mcp_settings.schema_max_bytes
         )
@@ -192,14 +195,7 @@ class MCPManager:
         list; a server restarting, or failed after having been up, its last known list (calls to it fail
         with the time of the next try); servers that never came up, stopped and disabled ones are absent.
         """
-        lists: dict[str, list[dict[str, Any]]] = {}
-        for name in sorted(self._connections):
-            tools = self._connections[name].visible_tools()
-            if tools is not None:
-                lists[name] = [dict(tool) for tool in self.guard.offered(name, tools)]
-            else:
-                self.guard.forget(name)
-        return lists
+        return {name: [dict(tool) for tool in tools] for name, tools in self._live_lists().items()}
 
     def held_tools(self, server: str | None = None) -> list[HeldTool]:
         """Tools held back from agents (and tools offered although flagged, `held` False), by name: a
@@ -233,14 +229,38 @@ class MCPManager:
                 self._bump()
 
     def catalog(self) -> ToolCatalog:
-        """The normalized catalog of every offered tool, rebuilt only when `version` has moved."""
-        version = self._version
-        if self._catalog is None or self._catalog_version != version:
-            self._catalog = ToolCatalog.from_lists(
-                self.tool_lists(), self._replicas, description_limit=self._description_limit
-            )
-            self._catalog_version = version
-        return self._catalog
+        """The normalized catalog of every offered tool, updated only when `version` has moved, and then
+        only for the servers whose tool list changed (`ToolCatalog.updated`)."""
+        current = self._catalog
+        if current is not None and current[0] == self._version:
+            return current[1]
+        with self._catalog_lock:
+            current = self._catalog
+            version = self._version
+            if current is not None and current[0] == version:
+                return current[1]
+            lists = self._live_lists()
+            limit = self._description_limit
+            if current is None:
+                catalog = ToolCatalog.from_lists(lists, self._replicas, description_limit=limit)
+            else:
+                before = current[2]
+                changed = {name for name in before.keys() | lists.keys() if before.get(name) is not lists.get(name)}
+                catalog = current[1].updated(lists, changed, self._replicas, description_limit=limit)
+            self._catalog = (version, catalog, lists)
+            return catalog
+
+    def _live_lists(self) -> dict[str, list[dict[str, Any]]]:
+        """Server -> the list object its connection offers now, held-back tools left out (not copied: read
+        only, never changed; the same object while neither the listing nor the pins change)."""
+        lists = {}
+        for name in sorted(self._connections):
+            tools = self._connections[name].visible_tools()
+            if tools is not None:
+                lists[name] = self.guard.offered(name, tools)
+            else:
+                self.guard.forget(name)
+        return lists
 
     def status(self) -> list[ServerStatus]:
         """One snapshot per selected server (disabled ones as `stopped`), sorted by name."""

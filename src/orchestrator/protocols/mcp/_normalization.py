@@ -8,12 +8,15 @@ it cannot collide, is in docs/naming.md. Pure: no I/O, no clock, no randomness.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii as _json_string
 from typing import Any
 
 __all__ = [
@@ -83,6 +86,13 @@ _PROMPT_TAG = re.compile(
 """Tags a prompt is framed with (roles, instructions, tool descriptions and results) and chat-template
 tokens, anywhere in a line: shown with ‹ › so they cannot open or close a block around the text."""
 _SCHEMA_TEXT_KEYS = ("description", "title")
+_SCHEMA_VALUE_KEYS = frozenset(("enum", "const", "default", "examples", "pattern"))
+"""Schema keys whose values a call must match: never rewritten."""
+_ANY_ROLE_LINE = re.compile(_ROLE_LINE.pattern, re.IGNORECASE | re.MULTILINE)
+_ANY_STRUCTURE_LINE = re.compile(f"{_HEADING.pattern}|{_LISTING.pattern}|(?i:{_BLOCK_FENCE.pattern})", re.MULTILINE)
+"""Any line `inert_lines` would quote (heading, directory entry, role fence), in a whole text at once."""
+_BLANK_RUN = re.compile(r"(?:\A|\n)[ \t]*\n[ \t]*\n[ \t]*(?:\n|\Z)")
+"""Three blank lines in a row (spaces and tabs only)."""
 
 _PART = re.compile(r"[A-Za-z0-9_-]+")
 _INVALID_RUN = re.compile(r"[^A-Za-z0-9_-]+")
@@ -93,6 +103,9 @@ _READABLE_BUDGET = MAX_NAME_LENGTH - len(SEPARATOR) - len(HASH_MARK) - HASH_LENG
 MIN_NAME_LENGTH = 24
 """Shortest `max_length` a name may be fitted into: separator, mark and hash take 15 characters, and the
 readable part keeps at least 9 so a human still sees which server and tool it is."""
+_PART_CACHE = 1 << 16
+"""Server and tool names whose checks and sanitised forms are kept: a server's tools and the tools many
+servers share are named from them again and again."""
 _WORD_BREAK_MIN = 0.5
 """`one_line` cuts at the last space only if that keeps at least half the limit; otherwise mid-word."""
 
@@ -143,7 +156,7 @@ def one_line(text: object, limit: int = SUMMARY_LIMIT) -> str:
         return ""
     if not isinstance(text, str):  # odd input from a server (a number, a list): describe, never raise
         text = str(text)
-    kept = text.translate(_ASCII_SAFE) if text.isascii() else "".join(_safe_char(c) for c in text)
+    kept = text.translate(_ASCII_SAFE if text.isascii() else _SAFE)
     line = " ".join(kept.split())
     if len(line) <= limit:
         return line
@@ -170,9 +183,11 @@ def sanitize_text(text: object, limit: int = DESCRIPTION_LIMIT) -> str:
     """
     if text is None or limit <= 0:
         return ""
+    if type(text) is str and _is_clean(text, limit):
+        return text
     raw = text if isinstance(text, str) else str(text)
     raw = _ANSI.sub("", raw.replace("\r\n", "\n"))
-    kept = "".join(_text_char(char) for char in raw) if not raw.isascii() else raw.translate(_ASCII_TEXT)
+    kept = raw.translate(_ASCII_TEXT if raw.isascii() else _TEXT)
     result = "\n".join(inert_lines(kept.split("\n")))
     if len(result) <= limit:
         return result
@@ -225,6 +240,22 @@ def _escape_tag(found: re.Match[str]) -> str:
     return f"‹{inner}›" if inner is not None else f"‹|{found.group(2)}|›"
 
 
+def _is_clean(text: str, limit: int) -> bool:
+    """Whether `sanitize_text` leaves `text` as it is, for the usual description: ASCII without control
+    characters, no line that could fake a turn (searched over the whole text, which finds at least every
+    line the per-line check would), no heading, directory-shaped line, role fence or prompt tag (each
+    searched the same way), no run of more than MAX_BLANK_LINES blank lines, within `limit`."""
+    return (
+        len(text) <= limit
+        and text.isascii()
+        and _ASCII_UNSAFE.search(text) is None
+        and _ANY_ROLE_LINE.search(text) is None
+        and _ANY_STRUCTURE_LINE.search(text) is None
+        and ("<" not in text or _PROMPT_TAG.search(text) is None)
+        and _BLANK_RUN.search(text) is None
+    )
+
+
 def sanitize_schema(schema: Any, limit: int = DESCRIPTION_LIMIT) -> Any:
     """A JSON schema with every `description` and `title` string passed through `sanitize_text`.
 
@@ -237,8 +268,8 @@ def sanitize_schema(schema: Any, limit: int = DESCRIPTION_LIMIT) -> Any:
         for key, value in schema.items():
             if key in _SCHEMA_TEXT_KEYS and isinstance(value, str):
                 clean: Any = sanitize_text(value, limit)
-            elif key in ("enum", "const", "default", "examples", "pattern"):
-                continue
+            elif key in _SCHEMA_VALUE_KEYS or not isinstance(value, dict | list):
+                continue  # values a call must match, and leaves (returned as they are)
             else:
                 clean = sanitize_schema(value, limit)
             if clean is not value and clean != value:
@@ -266,39 +297,84 @@ def normalize(
     answers for it (no shadowing). Odd input (missing or empty names, non-dict entries) never raises:
     non-dict entries are skipped, a missing name counts as "".
     """
+    return normalize_counting(tools_by_server, replicas)[0]
+
+
+def normalize_counting(
+    tools_by_server: Mapping[str, Sequence[Mapping[str, Any]]], replicas: Mapping[str, str] | None = None
+) -> tuple[list[NormalizedTool], int]:
+    """`normalize`, and how many names were re-hashed because two tools shared a hashed name (then a name
+    depends on other servers' tools, and normalizing one replica group alone could name differently)."""
+    resolved, renamed = _resolve_collisions(_offers(tools_by_server, replicas))
+    return sorted(resolved, key=lambda entry: entry.name), renamed
+
+
+def _offers(
+    tools_by_server: Mapping[str, Sequence[Mapping[str, Any]]], replicas: Mapping[str, str] | None
+) -> list[NormalizedTool]:
+    """Each distinct offer of each (replica group, tool), named after its first server; unsorted."""
     groups_of = replicas or {}
-    # (replica group, tool) -> groups of identical offers
+    sharing = Counter(groups_of.get(server, server) for server in tools_by_server)
+    entries: list[NormalizedTool] = []
+    # (replica group, tool) -> groups of identical offers, for servers that share a replica group
     by_tool: dict[tuple[str, str], list[list[tuple[str, Mapping[str, Any]]]]] = {}
     for server in sorted(tools_by_server):
+        group = groups_of.get(server, server)
+        if sharing[group] == 1:  # nothing to collapse with: every tool is its own entry
+            entries += offers_alone(server, tools_by_server[server])
+            continue
         seen: set[str] = set()
         offered: Sequence[object] = tools_by_server[server] or ()  # a server's list is untrusted
         for definition in offered:
-            if not isinstance(definition, Mapping):
+            if type(definition) is not dict and not isinstance(definition, Mapping):
                 continue
             tool = _tool_name(definition)
             if tool in seen:
                 continue
             seen.add(tool)
-            groups = by_tool.setdefault((groups_of.get(server, server), tool), [])
-            for group in groups:
-                if _same_tool(group[0][1], definition):
-                    group.append((server, definition))
+            offers = by_tool.setdefault((group, tool), [])
+            for offer in offers:
+                if _same_tool(offer[0][1], definition):
+                    offer.append((server, definition))
                     break
             else:
-                groups.append([(server, definition)])
-
-    entries = [
+                offers.append([(server, definition)])
+    entries += [
         NormalizedTool(
-            name=qualified_name(group[0][0], tool),
-            server=group[0][0],
-            servers=tuple(server for server, _ in group),
+            name=qualified_name(offer[0][0], tool),
+            server=offer[0][0],
+            servers=tuple(server for server, _ in offer),
             tool=tool,
-            definition=group[0][1],
+            definition=offer[0][1],
         )
-        for (_replicas, tool), groups in by_tool.items()
-        for group in groups
+        for (_replicas, tool), offers in by_tool.items()
+        for offer in offers
     ]
-    return sorted(_resolve_collisions(entries), key=lambda entry: entry.name)
+    return entries
+
+
+def offers_alone(server: str, tools: Sequence[Mapping[str, Any]] | None) -> list[NormalizedTool]:
+    """The entries of a server alone in its replica group, unsorted: `normalize` for it alone, before
+    names are checked against other servers' (`normalize_counting` re-hashes a name two tools share)."""
+    servers = (server,)
+    return [
+        NormalizedTool(name, server, servers, tool, definition) for name, tool, definition in named_alone(server, tools)
+    ]
+
+
+def named_alone(server: str, tools: Sequence[Mapping[str, Any]] | None) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
+    """(qualified name, tool name, definition) of each tool of a server alone in its replica group, in
+    its order: `offers_alone` without making a NormalizedTool of each."""
+    seen: set[str] = set()
+    offered: Sequence[object] = tools or ()  # a server's list is untrusted
+    for definition in offered:
+        if type(definition) is not dict and not isinstance(definition, Mapping):
+            continue
+        tool = _tool_name(definition)
+        if tool in seen:
+            continue
+        seen.add(tool)
+        yield qualified_name(server, tool), tool, definition
 
 
 def reverse_map(tools: Iterable[NormalizedTool], *, aliases: bool = True) -> dict[str, tuple[str, str]]:
@@ -322,13 +398,22 @@ def _is_lossless(server: str, tool: str, max_length: int = MAX_NAME_LENGTH) -> b
     return (
         isinstance(server, str)
         and isinstance(tool, str)
-        and _PART.fullmatch(server) is not None
-        and _PART.fullmatch(tool) is not None
-        and SEPARATOR not in server
-        and not server.endswith("_")
         and len(server) + len(SEPARATOR) + len(tool) <= max_length
-        and _HASHED_TAIL.search(tool) is None
+        and _lossless_server(server)
+        and _lossless_tool(tool)
     )
+
+
+@functools.lru_cache(maxsize=_PART_CACHE)
+def _lossless_server(server: str) -> bool:
+    """The server half of `_is_lossless` (a server's tools ask it once each)."""
+    return _PART.fullmatch(server) is not None and SEPARATOR not in server and not server.endswith("_")
+
+
+@functools.lru_cache(maxsize=_PART_CACHE)
+def _lossless_tool(tool: str) -> bool:
+    """The tool half of `_is_lossless` (the same tool names recur on many servers)."""
+    return _PART.fullmatch(tool) is not None and _HASHED_TAIL.search(tool) is None
 
 
 def _hashed_name(server: str, tool: str, attempt: int, max_length: int = MAX_NAME_LENGTH) -> str:
@@ -336,7 +421,7 @@ def _hashed_name(server: str, tool: str, attempt: int, max_length: int = MAX_NAM
     if not MIN_NAME_LENGTH <= max_length <= MAX_NAME_LENGTH:
         raise ValueError(f"max_length {max_length} is outside {MIN_NAME_LENGTH}..{MAX_NAME_LENGTH}")
     budget = _READABLE_BUDGET - (MAX_NAME_LENGTH - max_length)
-    server_part = _UNDERSCORE_RUN.sub("_", _sanitise(server)).strip("_")
+    server_part = _server_part(server if isinstance(server, str) else str(server))
     tool_part = _sanitise(tool)
     keep = min(len(server_part), max(min(SERVER_KEEP, budget // 2), budget - len(tool_part)))
     server_part = server_part[:keep].rstrip("_")
@@ -344,9 +429,22 @@ def _hashed_name(server: str, tool: str, attempt: int, max_length: int = MAX_NAM
     return f"{server_part}{SEPARATOR}{tool_part}{HASH_MARK}{_digest(server, tool, attempt)}"
 
 
+@functools.lru_cache(maxsize=_PART_CACHE)
+def _server_part(server: str) -> str:
+    """The readable server part of a hashed name: sanitised, underscore runs and ends trimmed."""
+    return _UNDERSCORE_RUN.sub("_", _sanitise(server)).strip("_")
+
+
 def _sanitise(part: str) -> str:
     """ASCII-fold (é -> e, ｇ -> g, ﬁ -> fi), then each run of other characters becomes one `_`."""
-    decomposed = unicodedata.normalize("NFKD", part if isinstance(part, str) else str(part))
+    return _sanitised(part if isinstance(part, str) else str(part))
+
+
+@functools.lru_cache(maxsize=_PART_CACHE)
+def _sanitised(part: str) -> str:
+    if part.isascii():  # NFKD changes no ASCII character
+        return _INVALID_RUN.sub("_", part)
+    decomposed = unicodedata.normalize("NFKD", part)
     folded = "".join(c for c in decomposed if not unicodedata.combining(c))
     return _INVALID_RUN.sub("_", folded)
 
@@ -354,7 +452,10 @@ def _sanitise(part: str) -> str:
 def _digest(server: str, tool: str, attempt: int) -> str:
     """Hash of the exact originals; JSON keeps the pair unambiguous and lone surrogates encodable."""
     key: list[Any] = [server, tool] if attempt == 0 else [server, tool, attempt]
-    payload = json.dumps(key, ensure_ascii=True, default=str)
+    if type(server) is str and type(tool) is str:  # what json.dumps writes for two strings, without its setup
+        payload = f"[{_json_string(server)}, {_json_string(tool)}{f', {attempt}' if attempt else ''}]"
+    else:
+        payload = json.dumps(key, ensure_ascii=True, default=str)
     return hashlib.sha256(payload.encode("ascii")).hexdigest()[:HASH_LENGTH]
 
 
@@ -385,23 +486,28 @@ def _identical(a: Any, b: Any) -> bool:
         return False
 
 
-def _resolve_collisions(entries: list[NormalizedTool]) -> list[NormalizedTool]:
+def _resolve_collisions(entries: list[NormalizedTool]) -> tuple[list[NormalizedTool], int]:
     """Keep names unique even in the ~2^-48 case of two different tools sharing prefix and hash.
 
     Deterministic: colliding entries are ordered by (server, tool), distinct for every entry since a
     server offers a tool name once; the first keeps the name and the others are re-hashed with an attempt
     counter until free. Only in this case does a name depend on other tools.
     """
+    names = [entry.name for entry in entries]
+    if len(set(names)) == len(names):  # the usual case: no two tools share a name
+        return entries, 0
     taken: set[str] = set()
     resolved: list[NormalizedTool] = []
+    renamed = 0
     for entry in sorted(entries, key=lambda item: (item.name, item.server, item.tool)):
         name, attempt = entry.name, 0
         while name in taken:
             attempt += 1
             name = _hashed_name(entry.server, entry.tool, attempt)
         taken.add(name)
+        renamed += name != entry.name
         resolved.append(entry if name == entry.name else _renamed(entry, name))
-    return resolved
+    return resolved, renamed
 
 
 def _renamed(entry: NormalizedTool, name: str) -> NormalizedTool:
@@ -439,3 +545,25 @@ _ASCII_SAFE = str.maketrans({chr(code): _safe_char(chr(code)) for code in range(
 building a 10,000-tool catalog (about 1.7 s) before this table."""
 _ASCII_TEXT = str.maketrans({chr(code): _text_char(chr(code)) for code in range(128)})
 """`_text_char` precomputed for ASCII (most descriptions)."""
+_ASCII_UNSAFE = re.compile(
+    "[" + re.escape("".join(chr(code) for code in range(128) if _text_char(chr(code)) != chr(code))) + "]"
+)
+"""The ASCII characters `sanitize_text` changes (controls but tab and newline)."""
+
+
+class _CharTable(dict[int, str]):
+    """A `str.translate` table filled per code point on first sight, from a per-character rule."""
+
+    def __init__(self, rule: Callable[[str], str]) -> None:
+        super().__init__()
+        self._rule = rule
+
+    def __missing__(self, code: int) -> str:
+        found = self[code] = self._rule(chr(code))
+        return found
+
+
+_SAFE = _CharTable(_safe_char)
+"""`_safe_char` for any text, at `str.translate`'s speed once a character has been seen."""
+_TEXT = _CharTable(_text_char)
+"""`_text_char` for any text."""

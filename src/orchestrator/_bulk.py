@@ -1,0 +1,53 @@
+"""Bulk construction: the cyclic garbage collector paused while a catalog or an index is built, and the
+memory its temporaries used given back afterwards."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import sys
+from collections.abc import Callable, Iterator
+
+__all__ = ["collector_paused"]
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for the block, when it runs; then return freed heap memory.
+
+    Building a 100,000-tool catalog and its index allocates a few million objects that all live on; each
+    allocation-triggered collection walks every object made so far, and those walks took half the time of
+    parsing, normalizing and indexing such a catalog. Reference counting still frees everything at once;
+    only cycles wait for the next collection. A block that finds the collector already paused (another
+    thread's build, or the program's choice) leaves it as it found it.
+
+    On leaving, glibc's `malloc_trim` hands the heap pages the build's temporary arrays freed back to the
+    system: glibc keeps them otherwise (its threshold for mapping large blocks separately rises with each
+    one freed), which left an index build's temporaries (about 170 MB at 100,000 tools) in resident memory.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        trim = _heap_trim()
+        if trim is not None:
+            trim(0)
+
+
+@functools.cache
+def _heap_trim() -> Callable[[int], int] | None:
+    """glibc's `malloc_trim`, or None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes  # here: only a build that finishes pays for the import
+
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+        return None
+    return trim
