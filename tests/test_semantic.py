@@ -33,6 +33,8 @@ from orchestrator import (
     ToolVectors,
     load_config,
 )
+from orchestrator._blobs import PACK_SUFFIX
+from orchestrator._store import FileStore
 from orchestrator._telemetry import FALLBACK_KINDS, SEARCH_INVOCATIONS
 from orchestrator.search._embedding import model as model_module
 from orchestrator.search._embedding import rules, store
@@ -152,8 +154,9 @@ def test_the_cache_reembeds_only_changed_tools(scorer: SemanticScorer, tmp_path:
     first = ToolVectors(scorer, tmp_path)
     before = first.embed_tools(TOOLS)
     assert first.texts_embedded == len(TOOLS)
-    assert first.cache_path == tmp_path / store.CACHE_NAME and first.cache_path.is_file()
-    assert [path.name for path in tmp_path.iterdir()] == [store.CACHE_NAME]  # no temporary file left
+    assert first.cache_path == tmp_path / store.CACHE_NAME and first.cache_path.is_dir()
+    assert [path.name for path in tmp_path.iterdir()] == [store.CACHE_NAME]
+    assert [path.suffix for path in first.cache_path.iterdir()] == [PACK_SUFFIX]  # one pack, no temporary file left
 
     changed = dict(TOOLS, mongodb__count=TOOLS["mongodb__count"] + " Accepts a filter.")
     second = ToolVectors(scorer, tmp_path)  # a new process, as far as the cache is concerned
@@ -171,9 +174,10 @@ def test_the_cache_reembeds_only_changed_tools(scorer: SemanticScorer, tmp_path:
 def test_a_damaged_cache_file_is_rebuilt_instead_of_raised(
     scorer: SemanticScorer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    (tmp_path / store.CACHE_NAME).write_bytes(b"PK\x03\x04 this is not an npz file")
+    (tmp_path / store.CACHE_NAME).mkdir()
+    (tmp_path / store.CACHE_NAME / f"0-damaged{PACK_SUFFIX}").write_bytes(b"ORCPACK1 this is not a pack file")
     vectors = ToolVectors(scorer, tmp_path)
-    with caplog.at_level(logging.WARNING, logger=store.__name__):
+    with caplog.at_level(logging.WARNING):
         vectors.embed_tools(TOOLS)
     assert vectors.texts_embedded == len(TOOLS)
     assert "unreadable" in caplog.text
@@ -182,19 +186,29 @@ def test_a_damaged_cache_file_is_rebuilt_instead_of_raised(
     assert again.texts_embedded == 0
 
 
-def test_a_cache_of_an_earlier_models_width_is_rebuilt_without_a_warning(
-    scorer: SemanticScorer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    "record",
+    [
+        np.ones(384, np.float32).tobytes(),  # an earlier model's width (all-MiniLM-L6-v2 alone wrote 384-wide rows)
+        np.full(DIMENSION, 0.5, np.float32).tobytes(),  # the right size, but not a unit vector
+        np.full(DIMENSION, np.nan, np.float32).tobytes(),
+        b"",
+    ],
+)
+def test_a_stored_vector_of_another_width_or_damaged_is_embedded_again_without_a_warning(
+    scorer: SemanticScorer, tmp_path: Path, caplog: pytest.LogCaptureFixture, record: bytes
 ) -> None:
-    """An upgrade that changes the model (all-MiniLM-L6-v2 alone wrote 384-wide rows) is not damage."""
-    old = np.ones((2, 384), np.float32)
-    np.savez(tmp_path / store.CACHE_NAME, keys=np.zeros((2, 32), np.uint8), vectors=old)
+    """An upgrade that changes the model is not damage, and a wrong record costs only its re-embedding."""
     vectors = ToolVectors(scorer, tmp_path)
-    with caplog.at_level(logging.INFO, logger=store.__name__):
-        vectors.embed_tools(TOOLS)
+    keys = vectors.keys(TOOLS.values())
+    FileStore(tmp_path).put_blobs(store.CACHE_NAME, dict.fromkeys(keys, record), limit=100)
+    with caplog.at_level(logging.INFO):
+        matrix = vectors.embed_tools(TOOLS)
     assert vectors.texts_embedded == len(TOOLS)
-    assert "another model's vectors" in caplog.text
-    assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
-    assert ToolVectors(scorer, tmp_path).embed_tools(TOOLS).shape == (len(TOOLS), DIMENSION)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    again = ToolVectors(scorer, tmp_path)
+    np.testing.assert_array_equal(again.embed_tools(TOOLS), matrix)  # the new records replaced the wrong ones
+    assert again.texts_embedded == 0
 
 
 def test_background_embedding_fills_the_cache_and_wait_returns_when_it_is_there(
