@@ -3,7 +3,7 @@ processes on one machine write and read.
 
     packs = BlobPacks(folder)
     packs.get([name, ...])          values by name (None where absent), packs other processes wrote included
-    packs.put({name: value}, limit=n)   one new pack; small packs are merged, the oldest records dropped
+    packs.put({name: value}, limit=n)   one new pack; small packs merged; past n (and a quarter) the oldest go
 
 A pack is one file, written to a temporary name and renamed into place, never changed afterwards: a header, the names, the
 values, all records of a pack the same size. A reader maps each pack once and finds names by binary
@@ -30,13 +30,16 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MAX_PACKS", "PACK_SUFFIX", "BlobPacks"]
+__all__ = ["LIMIT_SLACK", "MAX_PACKS", "PACK_SUFFIX", "BlobPacks"]
 
 log = logging.getLogger(__name__)
 
 PACK_SUFFIX = ".pack"
 MAX_PACKS = 16
 """More packs than this in a folder are merged on the next write: reads stay a few binary searches."""
+LIMIT_SLACK = 4
+"""A folder may hold a quarter more records than its limit before every pack is merged down to the limit:
+a full merge rewrites everything, so it must not run on every write of a full cache."""
 _MAGIC = b"ORCPACK1"
 _HEADER = struct.Struct("<8sHIII")
 """magic, name length, value length, record count, crc32 of everything after the header."""
@@ -174,7 +177,10 @@ class BlobPacks:
             self._write(group)
         with self._lock:
             self._refresh()
-            if len(self._packs) + len(self._bad) > MAX_PACKS:
+            total = sum(pack.count for pack in self._packs.values())
+            if total > limit + limit // LIMIT_SLACK:
+                self._merge(limit, everything=True)
+            elif len(self._packs) + len(self._bad) > MAX_PACKS:
                 self._merge(limit)
 
     def _write(self, records: Mapping[bytes, bytes]) -> None:
@@ -211,16 +217,19 @@ class BlobPacks:
                 temporary.unlink()
             raise
 
-    def _merge(self, limit: int) -> None:
-        """Merge the small packs into one (every pack when the small ones outweigh the largest, keeping the
-        newest `limit` records), then delete what was merged and the damaged packs. Hold the lock."""
+    def _merge(self, limit: int, *, everything: bool = False) -> None:
+        """Merge the small packs into one (every pack when the small ones outweigh the largest, or when
+        `everything`), keeping the newest `limit` records; then delete what was merged and the damaged
+        packs. Hold the lock."""
         packs = sorted(self._packs.values(), key=lambda p: p.path.name)  # oldest first
         largest = max(packs, key=lambda p: p.count, default=None)
         small = [p for p in packs if p is not largest]
-        merged = packs if largest is None or sum(p.count for p in small) >= largest.count else small
+        whole = everything or largest is None or sum(p.count for p in small) >= largest.count
+        merged = packs if whole else small
+        kept = _newest(merged, limit)
         try:
-            for sizes in {(p.name_size, p.value_size) for p in merged}:
-                self._merge_size([p for p in merged if (p.name_size, p.value_size) == sizes], limit)
+            for sizes in dict.fromkeys((p.name_size, p.value_size) for p, _rows in kept):
+                self._write_rows([(p, rows) for p, rows in kept if (p.name_size, p.value_size) == sizes])
         except OSError as exc:  # boundary: a read-only or full disk keeps the packs as they are
             log.warning("vector packs in %s not merged: %s", self.folder, exc)
             return
@@ -230,25 +239,31 @@ class BlobPacks:
         self._bad.clear()
         self._refresh()
 
-    def _merge_size(self, packs: list[_Pack], limit: int) -> None:
-        """One pack of the newest `limit` distinct records of `packs` (all of one record size), oldest first."""
-        seen: set[bytes] = set()
-        kept: list[tuple[_Pack, np.ndarray]] = []
-        for pack in reversed(packs):  # newest first: they are the ones kept under the limit
-            rows = []
-            for row, name in enumerate(pack.names_in_order()):
-                if len(seen) >= limit:
-                    break
-                if name not in seen:
-                    seen.add(name)
-                    rows.append(row)
-            kept.append((pack, np.array(rows, dtype=np.intp)))
-        kept.reverse()
-        name_size, value_size = packs[0].name_size, packs[0].value_size
+    def _write_rows(self, kept: list[tuple[_Pack, np.ndarray]]) -> None:
+        """One pack of the given rows of packs that share a record size."""
+        name_size, value_size = kept[0][0].name_size, kept[0][0].value_size
         self._write_pack(
             name_size,
             value_size,
-            len(seen),
+            sum(len(rows) for _pack, rows in kept),
             [pack.table(0, name_size)[rows].data for pack, rows in kept],
             [pack.table(pack.count * name_size, value_size)[rows].data for pack, rows in kept],
         )
+
+
+def _newest(packs: list[_Pack], limit: int) -> list[tuple[_Pack, np.ndarray]]:
+    """The rows of the newest `limit` distinct names of `packs` (oldest pack first), per pack, oldest first."""
+    seen: set[bytes] = set()
+    kept: list[tuple[_Pack, np.ndarray]] = []
+    for pack in reversed(packs):  # newest first: they are the ones kept under the limit
+        rows = []
+        for row, name in enumerate(pack.names_in_order()):
+            if len(seen) >= limit:
+                break
+            if name not in seen:
+                seen.add(name)
+                rows.append(row)
+        if rows:
+            kept.append((pack, np.array(rows, dtype=np.intp)))
+    kept.reverse()
+    return kept

@@ -88,8 +88,9 @@ class Store(Protocol):
         ...
 
     def put_blobs(self, namespace: str, blobs: Mapping[bytes, bytes], *, limit: int) -> None:
-        """Keep binary values by name in `namespace`; it holds about the `limit` most recently written (older
-        ones go first), so it stays bounded however many processes write."""
+        """Keep binary values by name in `namespace`; it holds the `limit` most recently written (older ones
+        go first; a FileStore lets a quarter more wait for its next merge), so it stays bounded however many
+        processes write."""
         ...
 
     def close(self) -> None:
