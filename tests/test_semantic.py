@@ -550,3 +550,18 @@ def test_the_removed_embedding_switch_says_what_replaces_it(tmp_path: Path) -> N
     message = str(caught.value)
     assert message.count("\n") == 0 and "mcp.embedding" in message and "ranking: lexical" in message
     assert ToolSearchSettings(ranking="auto").ranking == "hybrid"  # earlier versions' name for it
+
+
+def test_loading_the_models_leaves_numpy_one_blas_thread(scorer: SemanticScorer) -> None:
+    """Embedding workers and the gateway's pool spread the work over the cores; BLAS threads would only spin."""
+    from threadpoolctl import threadpool_info
+
+    assert {library["num_threads"] for library in threadpool_info() if library["user_api"] == "blas"} == {1}
+
+
+def test_embedding_many_texts_in_jobs_on_both_workers_gives_the_one_by_one_vectors(scorer: SemanticScorer) -> None:
+    texts = [tool_text("bulk", f"task_{i}", f"Step {i} of a long batch job " + "word " * (i % 40)) for i in range(150)]
+    together = scorer.embed_texts(texts)
+    alone = np.concatenate([scorer.embed_texts([text]) for text in texts[::37]])
+    np.testing.assert_allclose(together[::37], alone, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
