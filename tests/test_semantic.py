@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -36,8 +37,10 @@ from orchestrator import (
 from orchestrator._blobs import PACK_SUFFIX
 from orchestrator._store import FileStore
 from orchestrator._telemetry import FALLBACK_KINDS, SEARCH_INVOCATIONS
+from orchestrator.search._embedding import index as index_module
 from orchestrator.search._embedding import model as model_module
 from orchestrator.search._embedding import rules, store
+from orchestrator.search._embedding.index import VectorIndex
 from orchestrator.search._embedding.model import (
     DIMENSION,
     EXTRA_MODULES,
@@ -565,3 +568,63 @@ def test_embedding_many_texts_in_jobs_on_both_workers_gives_the_one_by_one_vecto
     alone = np.concatenate([scorer.embed_texts([text]) for text in texts[::37]])
     np.testing.assert_allclose(together[::37], alone, atol=1e-5)
     np.testing.assert_allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
+
+
+# --- the vector index ---------------------------------------------------------------------------
+
+
+def _unit_rows(count: int, seed: int) -> np.ndarray:
+    rows = np.random.default_rng(seed).standard_normal((count, DIMENSION)).astype(np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+class _Reads:
+    """A `read` for VectorIndex.build over a dict, counting the keys asked."""
+
+    def __init__(self, vectors: dict[bytes, np.ndarray]) -> None:
+        self.vectors = vectors
+        self.asked: list[bytes] = []
+
+    def __call__(self, keys: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+        self.asked.extend(keys)
+        found = [i for i, key in enumerate(keys) if key in self.vectors]
+        rows = np.array([self.vectors[keys[i]] for i in found], np.float32).reshape(len(found), DIMENSION)
+        return rows, np.array(found, dtype=np.intp)
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_the_index_scores_every_row_against_the_querys_best_sentence(
+    monkeypatch: pytest.MonkeyPatch, compact: bool
+) -> None:
+    monkeypatch.setattr(index_module, "COMPACT_ABOVE", 0 if compact else 10**9)
+    rows = _unit_rows(3_000, seed=1)
+    rows[7] = 0.0  # a zero row scores 0, whatever the query
+    keys = [i.to_bytes(32, "big") for i in range(len(rows))]
+    index, missing = VectorIndex.build(keys, _Reads(dict(zip(keys, rows, strict=True))))
+    assert missing == [] and index is not None and index.compact is compact
+    query = _unit_rows(3, seed=2)
+    query[1] = rows[42] * 0.8 + query[1] * 0.2  # one sentence close to row 42
+    query /= np.linalg.norm(query, axis=1, keepdims=True)
+    exact = (rows @ query.T).max(axis=1)
+    cosines = index.cosines(query)
+    assert cosines.dtype == np.float32 and cosines.shape == (len(rows),)
+    np.testing.assert_allclose(cosines, exact, atol=2e-3 if compact else 1e-6)
+    assert int(np.argmax(cosines)) == 42 and cosines[7] == 0.0
+    assert index.nbytes == len(rows) * (DIMENSION + 4 if compact else 4 * DIMENSION)
+
+
+def test_a_new_catalog_version_reads_only_the_vectors_of_new_texts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(index_module, "COMPACT_ABOVE", 0)
+    rows = _unit_rows(10, seed=3)
+    keys = [bytes([i]) * 32 for i in range(10)]
+    reads = _Reads(dict(zip(keys, rows, strict=True)))
+    first, _ = VectorIndex.build(keys[:8], reads)
+    assert first is not None
+    reads.asked.clear()
+    changed = [keys[9], *keys[2:8], keys[8]]  # two tools gone, two new, the rest moved
+    second, missing = VectorIndex.build(changed, reads, (keys[:8], first))
+    assert missing == [] and second is not None and reads.asked == [keys[9], keys[8]]
+    assert second.codes is not None and first.codes is not None
+    np.testing.assert_array_equal(second.codes[:, 1:7], first.codes[:, 2:8])
+    absent, missing = VectorIndex.build([*keys[:8], b"x" * 32, b"y" * 32], reads, (keys[:8], first))
+    assert absent is None and missing == [8, 9]

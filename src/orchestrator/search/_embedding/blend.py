@@ -121,7 +121,12 @@ class HybridBlend:
                     if missing:
                         vectors.warm({keys[i]: state.texts[i] for i in missing})
                         state.requested = True
-            return state.index is not None or vectors.wait(keys, timeout)
+            if state.index is not None or not vectors.wait(keys, timeout):
+                return state.index is not None
+            with state.lock:  # built here, not in the first search: reading a large catalog's vectors takes a while
+                if state.index is None:
+                    self._build(vectors, state)
+                return state.index is not None
         except SemanticUnavailable as exc:
             self.runtime.note(exc)
             return False
@@ -138,10 +143,15 @@ class HybridBlend:
             raise SemanticUnavailable("warming", "no catalog was prepared")
         index = state.index
         if index is None:
-            with state.lock:
+            # Another search (or the warm-up) may be reading a large catalog's vectors: answer lexically meanwhile.
+            if not state.lock.acquire(blocking=False):
+                raise SemanticUnavailable("warming", "the catalog's vectors are being read")
+            try:
                 if state.index is None:
                     self._fill(vectors, state)
                 index = state.index
+            finally:
+                state.lock.release()
         assert index is not None
         if index.size != size:  # a search still on the previous catalog version while it changed
             raise SemanticUnavailable("warming", "the catalog changed during this search")
