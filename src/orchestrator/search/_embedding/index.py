@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 
 __all__ = ["BUILD_CHUNK", "COMPACT_ABOVE", "SCAN_THREADS", "VectorIndex", "encode"]
 
-COMPACT_ABOVE = 1_000_000_000
-"""Catalogs of more tools than this keep their vectors encoded in bytes (`encode`); smaller ones in float32."""
+COMPACT_ABOVE = 20_000
+"""Catalogs of more tools than this keep their vectors encoded in bytes (`encode`); smaller ones keep float32
+and exact cosines (72 MB at this size, scanned in a few ms), so the development sets rank as before."""
 BUILD_CHUNK = 4_096
 """Rows read and encoded at a time while building: never a float32 copy of a whole large catalog."""
 SCAN_THREADS = 1

@@ -78,29 +78,27 @@ class VectorStore:
     def read(self, keys: Sequence[bytes]) -> tuple[NDArray[np.float32], NDArray[np.intp]]:
         """The stored vectors among `keys` (rows) and their positions in `keys` (ascending): this process's
         unsaved ones, then the store's, READ_CHUNK at a time. Do not hold `lock`."""
-        rows: dict[int, NDArray[np.float32]] = {}
+        parts: list[tuple[NDArray[np.intp], NDArray[np.float32]]] = []
         with self.lock:
-            for position, key in enumerate(keys):
-                vector = self._unsaved.get(key)
-                if vector is not None:
-                    rows[position] = vector
-        rest = [position for position in range(len(keys)) if position not in rows]
+            mine = [(position, self._unsaved[key]) for position, key in enumerate(keys) if key in self._unsaved]
+        if mine:
+            parts.append((np.array([p for p, _v in mine], np.intp), np.stack([v for _p, v in mine])))
+        taken = {position for position, _vector in mine}
+        rest = [position for position in range(len(keys)) if position not in taken]
         found: list[bytes] = []
         for start in range(0, len(rest), READ_CHUNK):
-            part = rest[start : start + READ_CHUNK]
-            for position, record in zip(part, self._get([keys[p] for p in part]), strict=True):
-                vector = _decoded(record)
-                if vector is not None:
-                    rows[position] = vector
-                    found.append(keys[position])
+            chunk = rest[start : start + READ_CHUNK]
+            positions, vectors = _decoded(chunk, self._get([keys[p] for p in chunk]))
+            parts.append((positions, vectors))
+            found.extend(keys[p] for p in positions.tolist())
         if found:
             with self.lock:
                 self.known.update(found)
-        positions = np.array(sorted(rows), dtype=np.intp)
-        matrix = np.empty((len(positions), DIMENSION), np.float32)
-        for row, position in enumerate(positions.tolist()):
-            matrix[row] = rows[position]
-        return matrix, positions
+        if not parts:
+            return np.zeros((0, DIMENSION), np.float32), np.zeros(0, np.intp)
+        positions = np.concatenate([p for p, _v in parts])
+        order = np.argsort(positions, kind="stable")
+        return np.concatenate([v for _p, v in parts])[order], positions[order]
 
     def _get(self, keys: list[bytes]) -> list[bytes | None]:
         try:
@@ -136,12 +134,15 @@ class VectorStore:
             log.warning("embedding cache %s: cannot %s vectors (%s); they are embedded again", self.where, action, exc)
 
 
-def _decoded(record: bytes | None) -> NDArray[np.float32] | None:
-    """A stored record as a vector; None when absent or damaged (wrong size, not finite, not unit length)."""
-    if record is None or len(record) != _RECORD_BYTES:
-        return None
-    vector = np.frombuffer(record, "<f4").astype(np.float32)
-    norm = float(np.linalg.norm(vector))
-    if not np.isfinite(norm) or abs(norm - 1.0) > _UNIT_TOLERANCE:
-        return None
-    return vector
+def _decoded(positions: list[int], records: list[bytes | None]) -> tuple[NDArray[np.intp], NDArray[np.float32]]:
+    """The records that hold a vector, as rows, with their positions: absent and damaged ones (wrong size,
+    not finite, not of unit length) are left out."""
+    sized = [i for i, record in enumerate(records) if record is not None and len(record) == _RECORD_BYTES]
+    if not sized:
+        return np.zeros(0, np.intp), np.zeros((0, DIMENSION), np.float32)
+    joined = b"".join(records[i] or b"" for i in sized)
+    vectors = np.frombuffer(joined, "<f4").reshape(len(sized), DIMENSION).astype(np.float32)
+    with np.errstate(all="ignore"):
+        norms = np.linalg.norm(vectors, axis=1)
+    good = np.isfinite(norms) & (np.abs(norms - 1.0) <= _UNIT_TOLERANCE)
+    return np.array(positions, np.intp)[sized][good], vectors[good]
