@@ -597,11 +597,13 @@ def test_the_index_scores_every_row_against_the_querys_best_sentence(
     monkeypatch: pytest.MonkeyPatch, compact: bool
 ) -> None:
     monkeypatch.setattr(index_module, "COMPACT_ABOVE", 0 if compact else 10**9)
+    monkeypatch.setattr(index_module, "SHARD_TOOLS", 1_024)  # three shards, the last one short
     rows = _unit_rows(3_000, seed=1)
     rows[7] = 0.0  # a zero row scores 0, whatever the query
     keys = [i.to_bytes(32, "big") for i in range(len(rows))]
     index, missing = VectorIndex.build(keys, _Reads(dict(zip(keys, rows, strict=True))))
     assert missing == [] and index is not None and index.compact is compact
+    assert len(index.shards) == (3 if compact else 0)
     query = _unit_rows(3, seed=2)
     query[1] = rows[42] * 0.8 + query[1] * 0.2  # one sentence close to row 42
     query /= np.linalg.norm(query, axis=1, keepdims=True)
@@ -610,21 +612,29 @@ def test_the_index_scores_every_row_against_the_querys_best_sentence(
     assert cosines.dtype == np.float32 and cosines.shape == (len(rows),)
     np.testing.assert_allclose(cosines, exact, atol=2e-3 if compact else 1e-6)
     assert int(np.argmax(cosines)) == 42 and cosines[7] == 0.0
-    assert index.nbytes == len(rows) * (DIMENSION + 4 if compact else 4 * DIMENSION)
+    assert index.nbytes == len(rows) * (DIMENSION + 4 + 32 + 8 if compact else 4 * DIMENSION)
 
 
 def test_a_new_catalog_version_reads_only_the_vectors_of_new_texts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(index_module, "COMPACT_ABOVE", 0)
-    rows = _unit_rows(10, seed=3)
-    keys = [bytes([i]) * 32 for i in range(10)]
+    monkeypatch.setattr(index_module, "SHARD_TOOLS", 4)
+    rows = _unit_rows(14, seed=3)
+    keys = [bytes([i]) * 31 + b"\0" for i in range(14)]  # a trailing NUL is part of a key
     reads = _Reads(dict(zip(keys, rows, strict=True)))
-    first, _ = VectorIndex.build(keys[:8], reads)
-    assert first is not None
+    query = _unit_rows(1, seed=4)
+    first, _ = VectorIndex.build(keys[:12], reads)
+    assert first is not None and len(first.shards) == 3
     reads.asked.clear()
-    changed = [keys[9], *keys[2:8], keys[8]]  # two tools gone, two new, the rest moved
-    second, missing = VectorIndex.build(changed, reads, (keys[:8], first))
-    assert missing == [] and second is not None and reads.asked == [keys[9], keys[8]]
-    assert second.codes is not None and first.codes is not None
-    np.testing.assert_array_equal(second.codes[:, 1:7], first.codes[:, 2:8])
-    absent, missing = VectorIndex.build([*keys[:8], b"x" * 32, b"y" * 32], reads, (keys[:8], first))
-    assert absent is None and missing == [8, 9]
+    changed = [keys[13], *keys[1:12], keys[12]]  # one tool gone, two new, the rest moved
+    second, missing = VectorIndex.build(changed, reads, (keys[:12], first))
+    assert missing == [] and second is not None and reads.asked == [keys[13], keys[12]]
+    assert second.shards[:3] == first.shards  # kept as they were, one more for the new texts
+    np.testing.assert_allclose(second.cosines(query), (rows[[13, *range(1, 13)]] @ query.T)[:, 0], atol=2e-3)
+    np.testing.assert_array_equal(second.cosines(query)[1:12], first.cosines(query)[1:12])
+
+    reads.asked.clear()
+    few = [keys[0], keys[13]]  # most of the old shards unused: rebuilt from the store instead
+    third, _ = VectorIndex.build(few, reads, (changed, second))
+    assert third is not None and reads.asked == few and len(third.shards) == 1
+    absent, missing = VectorIndex.build([*keys[:12], b"x" * 32, b"y" * 32], reads, (keys[:12], first))
+    assert absent is None and missing == [12, 13]

@@ -5,10 +5,17 @@ quarter of the memory a float32 product reads; numpy has no such product. Buildi
 this encoding of five protobuf messages (ModelProto, GraphProto, NodeProto, ValueInfoProto, TypeProto), so
 no `onnx` package is needed.
 
-    matmul_integer()   Y (int32, m x n) = (A - a_zero) @ (B - b_zero), A and B uint8, zero points scalars
+    matmul_integer(b)  Y (int32, m x n) = (A - a_zero) @ (b - b_zero), A and b uint8, zero points scalars;
+                       b is part of the model, so onnxruntime packs it once, when the session is made
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 __all__ = ["matmul_integer"]
 
@@ -19,7 +26,8 @@ _INT32 = 6
 # Field numbers of onnx.proto3 used here.
 _MODEL_IR_VERSION, _MODEL_GRAPH, _MODEL_OPSET = 1, 7, 8
 _OPSET_VERSION = 2
-_GRAPH_NODE, _GRAPH_NAME, _GRAPH_INPUT, _GRAPH_OUTPUT = 1, 2, 11, 12
+_GRAPH_NODE, _GRAPH_NAME, _GRAPH_INITIALIZER, _GRAPH_INPUT, _GRAPH_OUTPUT = 1, 2, 5, 11, 12
+_INIT_DIMS, _INIT_DATA_TYPE, _INIT_NAME, _INIT_RAW_DATA = 1, 2, 8, 9
 _NODE_INPUT, _NODE_OUTPUT, _NODE_OP_TYPE = 1, 2, 4
 _VALUE_NAME, _VALUE_TYPE = 1, 2
 _TYPE_TENSOR = 1
@@ -55,12 +63,15 @@ def _tensor(name: str, elem_type: int, dims: tuple[str, ...]) -> bytes:
     return _text(_VALUE_NAME, name) + _message(_VALUE_TYPE, _message(_TYPE_TENSOR, tensor))
 
 
-def matmul_integer() -> bytes:
-    """The serialized model: inputs A (m x k), B (k x n), a_zero, b_zero (uint8 scalars); output Y int32."""
-    inputs = (("A", ("m", "k")), ("B", ("k", "n")), ("a_zero", ()), ("b_zero", ()))
-    node = b"".join(_text(_NODE_INPUT, name) for name, _dims in inputs)
+def matmul_integer(b: NDArray[np.uint8]) -> bytes:
+    """The serialized model: inputs A (m x k, uint8), a_zero and b_zero (uint8 scalars); `b` (k x n) inside
+    it as an initializer; output Y (int32, m x n)."""
+    inputs = (("A", ("m", "k")), ("a_zero", ()), ("b_zero", ()))
+    node = b"".join(_text(_NODE_INPUT, name) for name in ("A", "B", "a_zero", "b_zero"))
     node += _text(_NODE_OUTPUT, "Y") + _text(_NODE_OP_TYPE, "MatMulInteger")
-    graph = _message(_GRAPH_NODE, node) + _text(_GRAPH_NAME, "cosines")
+    weights = b"".join(_number(_INIT_DIMS, size) for size in b.shape) + _number(_INIT_DATA_TYPE, _UINT8)
+    weights += _text(_INIT_NAME, "B") + _message(_INIT_RAW_DATA, b.tobytes())
+    graph = _message(_GRAPH_NODE, node) + _text(_GRAPH_NAME, "cosines") + _message(_GRAPH_INITIALIZER, weights)
     graph += b"".join(_message(_GRAPH_INPUT, _tensor(name, _UINT8, dims)) for name, dims in inputs)
     graph += _message(_GRAPH_OUTPUT, _tensor("Y", _INT32, ("m", "n")))
     opset = _message(_MODEL_OPSET, _number(_OPSET_VERSION, _OPSET))
