@@ -107,26 +107,30 @@ class VectorStore:
             self._note("read", exc)
             return [None] * len(keys)
 
-    def add(self, vectors: Mapping[bytes, NDArray[np.float32]], *, save: bool = True) -> None:
-        """Keep new vectors (and write them to the store when `save`). Hold `lock`."""
+    def add(self, vectors: Mapping[bytes, NDArray[np.float32]]) -> None:
+        """Keep new vectors in memory until `flush` writes them. Hold `lock`."""
         self._unsaved.update(vectors)
         self.known.update(vectors)
         self.generation += 1
-        if save:
-            self.write()
         self.changed.notify_all()
 
-    def write(self) -> None:
-        """Write the unsaved vectors to the store; kept in memory (and tried again) when it fails. Hold `lock`."""
-        if not self._unsaved:
+    def flush(self) -> None:
+        """Write the unsaved vectors to the store, outside `lock` (a slow Redis must not hold up searches);
+        they stay in memory, and are tried again, when it fails. Do not hold `lock`."""
+        with self.lock:
+            unsaved = dict(self._unsaved)
+        if not unsaved:
             return
-        records = {key: np.ascontiguousarray(vector, "<f4").tobytes() for key, vector in self._unsaved.items()}
+        records = {key: np.ascontiguousarray(vector, "<f4").tobytes() for key, vector in unsaved.items()}
         try:
             self.store.put_blobs(CACHE_NAME, records, limit=CACHE_LIMIT)
         except (StoreError, OSError) as exc:  # boundary: a read-only cache dir or a Redis outage
             self._note("write", exc)
             return
-        self._unsaved.clear()
+        with self.lock:
+            for key, vector in unsaved.items():
+                if self._unsaved.get(key) is vector:
+                    del self._unsaved[key]
 
     def _note(self, action: str, exc: Exception) -> None:
         if action not in self._failed:

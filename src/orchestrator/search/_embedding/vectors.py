@@ -112,6 +112,7 @@ class ToolVectors:
             out[missing] = vectors
             with self._store.lock:
                 self._store.add(dict(zip([keys[i] for i in missing], vectors, strict=True)))
+            self._store.flush()
         return out
 
     def warm(self, texts: Mapping[bytes, str]) -> None:
@@ -148,17 +149,22 @@ class ToolVectors:
         with store.changed:
             while True:
                 if all(key in store.known for key in keys):
-                    return True
+                    embedded = True
+                    break
                 if self._warmer.error is not None:
                     raise self._warmer.error
                 if not self._warmer.running:
+                    embedded = False
                     break
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
                 store.changed.wait(remaining)
-        _, found = store.read(keys)  # not embedded here: perhaps another process wrote them
-        return len(found) == len(keys)
+        if not embedded:  # the background stopped: perhaps another process wrote them
+            _, found = store.read(keys)
+            return len(found) == len(keys)
+        store.flush()  # in the store now, for every other process too
+        return True
 
     def stop(self) -> None:
         """Ask the background thread to end after its current step (no new work afterwards); returns at once."""
@@ -168,8 +174,7 @@ class ToolVectors:
         """Stop the background embedding and save what it embedded; False if its step outlasted `timeout`."""
         done = self._warmer.stop(timeout)
         if done:
-            with self._store.lock:
-                self._store.write()
+            self._store.flush()
         return done
 
 

@@ -101,8 +101,8 @@ class Warmer:
                 with store.lock:
                     chunk = self._take()
                     if not chunk or self._stop.is_set():
-                        self._finish()
-                        return
+                        self._end()
+                        break
                 _, found = store.read([key for key, _text in chunk])  # written by another process meanwhile
                 todo = np.setdiff1d(np.arange(len(chunk)), found).tolist()
                 vectors = self._embed([chunk[i][1] for i in todo]) if todo else None
@@ -112,11 +112,11 @@ class Warmer:
                     if vectors is None:  # all written by another process: news for searches all the same
                         store.generation += 1
                         store.changed.notify_all()
-                        continue
-                    save = time.monotonic() - saved >= WARM_SAVE_INTERVAL_S
-                    store.add({chunk[i][0]: vector for i, vector in zip(todo, vectors, strict=True)}, save=save)
-                    if save:
-                        saved = time.monotonic()
+                    else:
+                        store.add({chunk[i][0]: vector for i, vector in zip(todo, vectors, strict=True)})
+                if time.monotonic() - saved >= WARM_SAVE_INTERVAL_S:
+                    store.flush()
+                    saved = time.monotonic()
         except Exception as exc:  # boundary: a failed background run must end as a reported fallback
             error = exc if isinstance(exc, SemanticUnavailable) else SemanticUnavailable("embed_failed", one_line(exc))
             log.warning("background embedding of %d tool texts failed: %s", len(self._pending), error.reason)
@@ -124,7 +124,13 @@ class Warmer:
                 self.error = error
                 self._pending.clear()
                 self._queue.clear()
-                self._finish()
+                self._end()
+        store.flush()  # what the run embedded, once it no longer counts as running (`wait` flushes too)
+
+    def _end(self) -> None:
+        """The run is over (hold the store's lock): no longer `running`, and waiters woken."""
+        self._thread = None
+        self._store.changed.notify_all()
 
     def _take(self) -> list[tuple[bytes, str]]:
         """The next step's texts, taken off the queue: the shortest first, then a run from a random place.
@@ -139,9 +145,3 @@ class Warmer:
             if chunk:
                 return chunk
         return []
-
-    def _finish(self) -> None:
-        """End of the thread (hold the store's lock): save what is unsaved and wake waiters."""
-        self._store.write()
-        self._thread = None
-        self._store.changed.notify_all()
