@@ -4,7 +4,8 @@
     index.cosines(query)                                       each tool's best sentence, one float32 each
 
 A large catalog's vectors are stored as bytes: each divided by its largest component, times 127, plus 128
-(one scale per vector), so a tool costs DIMENSION + 4 bytes instead of 4 x DIMENSION. Cosines are then the
+(one scale per vector), DIMENSION + 4 bytes a tool instead of 4 x DIMENSION (onnxruntime's packed copy
+for AVX2's unsigned product takes two bytes a component: about 1.9 KB a tool resident). Cosines are then the
 integer matrix product of those bytes with the query's, made the same way, through onnxruntime
 (`onnx_graph`), times both scales: a quarter of the memory traffic of float32, which is what a scan of
 100,000 tools spends its time on. The vectors are part of each shard's model, so onnxruntime lays them out
