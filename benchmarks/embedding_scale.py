@@ -295,6 +295,10 @@ def main() -> int:
     print(
         f"\nHybrid search over StableToolBench's {len(tools):,} tools, replicated; {len(queries)} of its requests, k={K}"
     )
+    print(
+        "(copy r of server S is S-r<r>: its tools' texts differ from the originals only by the server name, and\n"
+        " their vectors are the originals', written to the store under the copies' keys; every row is scanned)"
+    )
     originals = original_vectors(model, tools)
     for size in (int(part) for part in args.sizes.split(",")):
         p50, _per_tool = hybrid_at(size, model, tools, originals, queries)
