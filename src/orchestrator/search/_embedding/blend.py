@@ -170,17 +170,16 @@ class HybridBlend:
     def _fill(self, vectors: ToolVectors, state: _CatalogVectors) -> None:
         """Set `state.index`, embedding a few texts right here, or raise `warming`. Hold `state.lock`."""
         keys = self._keys(vectors, state)
-        if state.requested:
-            if vectors.warm_error is not None:
-                raise vectors.warm_error
-            # While the background embeds: nothing new since the last look, or not all there yet (no store read).
-            if vectors.warming and (state.checked == vectors.generation or not vectors.known(keys)):
-                state.checked = vectors.generation
-                raise SemanticUnavailable("warming", f"embedding {len(state.texts)} tool texts in the background")
+        # While the background embeds: nothing new since the last look, or not all there yet (no store read).
+        if state.requested and vectors.warming and (state.checked == vectors.generation or not vectors.known(keys)):
+            state.checked = vectors.generation
+            raise SemanticUnavailable("warming", f"embedding {len(state.texts)} tool texts in the background")
         state.checked = vectors.generation
         missing = self._build(vectors, state)
         if not missing:
             return
+        if state.requested and vectors.warm_error is not None:
+            raise vectors.warm_error
         texts = {keys[i]: state.texts[i] for i in missing}
         if len(texts) <= SYNC_EMBED_TEXTS:
             estimate_ms = (
