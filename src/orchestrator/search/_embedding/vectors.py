@@ -59,7 +59,7 @@ class ToolVectors:
         self._count_lock = threading.Lock()
         self._warmer = Warmer(self._store, self._embed)
         self.texts_embedded = 0
-        """Tool texts this folder sent to the model (inside searches and in the background)."""
+        """Tool texts these vectors sent to the model (inside searches and in the background)."""
 
     @property
     def where(self) -> str:
@@ -116,9 +116,9 @@ class ToolVectors:
         return out
 
     def warm(self, texts: Mapping[bytes, str]) -> None:
-        """Embed these (key -> text) in this folder's background thread; returns at once.
+        """Embed these (key -> text) in the background thread; returns at once.
 
-        Vectors land in the cache (memory, and the file at least every WARM_SAVE_INTERVAL_S); `wait`
+        Vectors land in memory, and in the store at least every WARM_SAVE_INTERVAL_S; `wait`
         blocks until given keys are there. Ignored once `close` was called.
         """
         self._warmer.request(texts)
@@ -135,7 +135,7 @@ class ToolVectors:
 
     @property
     def generation(self) -> int:
-        """Changes whenever vectors are added to this folder's cache."""
+        """Changes whenever this process adds vectors."""
         return self._store.generation
 
     def wait(self, keys: Sequence[bytes], timeout: float | None = None) -> bool:
