@@ -10,8 +10,10 @@ files, memory and Redis.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import itertools
 import json
+import logging
 import re
 import shutil
 import socket
@@ -30,8 +32,23 @@ import yaml
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from orchestrator import GatewayClient, Store, StoreError, TaskHistory
+from orchestrator import (
+    EmbeddingRuntime,
+    GatewayClient,
+    SemanticScorer,
+    Settings,
+    Store,
+    StoreError,
+    TaskHistory,
+    ToolCatalog,
+    ToolSearchEngine,
+    ToolSearchSettings,
+)
+from orchestrator._blobs import MAX_PACKS, PACK_SUFFIX
 from orchestrator._store import FileStore, MemoryStore, RedisStore
+from orchestrator.search._embedding.model import EXTRA_MODULES
+from orchestrator.search._embedding.rules import entry_text
+from orchestrator.search._embedding.store import CACHE_NAME
 
 pytestmark = pytest.mark.anyio
 
@@ -322,4 +339,137 @@ def test_a_redis_that_is_down_is_a_store_error_and_history_goes_on_without_it() 
     assert "hunter2" not in str(caught.value)
     history = TaskHistory(down)
     assert history.recent("x") == [] and history.record("x", ["t"]) == ["t"]
+    down.close()
+
+
+def test_a_store_keeps_binary_records_in_bulk_and_drops_the_oldest_past_its_limit(store: Store) -> None:
+    names = [bytes([i]) * 31 + b"\0" for i in range(1, 9)]  # a trailing NUL is part of the name
+    store.put_blobs("vectors", {name: name[:4] * 2 for name in names[:4]}, limit=6)
+    assert store.get_blobs("vectors", [names[0], names[5]]) == [names[0][:4] * 2, None]
+    store.put_blobs("vectors", {names[1]: b"again"}, limit=6)  # written again: the newest now
+    store.put_blobs("vectors", {name: b"new" for name in names[4:7]}, limit=6)
+    store.put_blobs("vectors", {names[7]: b"last"}, limit=6)
+    store.put_blobs("vectors", {name: b"newer" for name in names[4:7]}, limit=4)
+    found = store.get_blobs("vectors", names)
+    assert found[4:] == [b"newer", b"newer", b"newer", b"last"]
+    assert found[0] is None and found[2] is None and found[3] is None  # the oldest went first
+    assert found[1] in (b"again", None)  # a FileStore may keep a quarter over its limit until it merges
+    assert store.get_blobs("other", names[:1]) == [None] and store.get_blobs("vectors", []) == []
+
+
+def test_file_store_packs_are_shared_merged_and_a_damaged_one_is_skipped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    one, other = FileStore(tmp_path), FileStore(tmp_path)
+    assert other.get_blobs("vectors", [b"a" * 32]) == [None]  # `other` looked before anything was written
+    one.put_blobs("vectors", {b"a" * 32: b"1" * 8}, limit=1_000)
+    assert other.get_blobs("vectors", [b"a" * 32]) == [b"1" * 8]  # written by another process: seen at once
+    folder = tmp_path / "vectors"
+    (folder / f"0-cut{PACK_SUFFIX}").write_bytes((folder / next(folder.iterdir()).name).read_bytes()[:-3])
+    with caplog.at_level(logging.WARNING):
+        assert other.get_blobs("vectors", [b"b" * 32]) == [None]
+    assert "unreadable" in caplog.text
+    for i in range(MAX_PACKS + 1):
+        one.put_blobs("vectors", {bytes([i]) * 32: bytes([i]) * 8}, limit=1_000)
+    packs = sorted(path.name for path in folder.iterdir())
+    assert len(packs) <= MAX_PACKS and f"0-cut{PACK_SUFFIX}" not in packs
+    assert not [name for name in packs if name.startswith(".")]  # no temporary file left
+    wanted = [b"a" * 32, *(bytes([i]) * 32 for i in range(MAX_PACKS + 1))]
+    assert other.get_blobs("vectors", wanted) == [b"1" * 8, *(bytes([i]) * 8 for i in range(MAX_PACKS + 1))]
+
+
+# --------------------------------------------------------------------------- tool vectors through the store
+
+VECTOR_TOOLS = {
+    "github": [
+        {"name": "create_issue", "description": "Create a new issue in a GitHub repository", "inputSchema": {}},
+        {"name": "list_commits", "description": "Get list of commits of a branch", "inputSchema": {}},
+    ],
+    "mongodb": [{"name": "count", "description": "Gets the number of documents in a collection", "inputSchema": {}}],
+    "time": [{"name": "get_current_time", "description": "Get current time in a timezone", "inputSchema": {}}],
+}
+WARM_S = 60.0
+PATIENT = ToolSearchSettings(embedding_timeout_ms=10_000)
+"""A query embedding may take long on a loaded machine: these tests are about where vectors come from."""
+
+
+@pytest.fixture(scope="module")
+def model() -> SemanticScorer:
+    missing = [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.skip(f"the embedding models are not installed ({', '.join(missing)})")
+    return SemanticScorer.load()
+
+
+@pytest.fixture(params=["files", "redis"])
+def two_runtimes(
+    request: pytest.FixtureRequest, tmp_path: Path, model: SemanticScorer
+) -> Iterator[tuple[EmbeddingRuntime, EmbeddingRuntime]]:
+    """Two replicas' embedding runtimes sharing only a cache folder, or only a Redis."""
+    if request.param == "files":
+        with (
+            EmbeddingRuntime(tmp_path / "embeddings", model=model) as first,
+            EmbeddingRuntime(tmp_path / "embeddings", model=model) as second,
+        ):
+            yield first, second
+        return
+    url = request.getfixturevalue("redis_url")
+    stores = [RedisStore(url, prefix=f"test-{tmp_path.name}:") for _ in range(2)]
+    try:
+        with (
+            EmbeddingRuntime(None, store=stores[0], model=model) as first,
+            EmbeddingRuntime(None, store=stores[1], model=model) as second,
+        ):
+            yield first, second
+    finally:
+        for each in stores:
+            each.close()
+
+
+def test_replicas_sharing_a_store_embed_each_tool_text_once(
+    two_runtimes: tuple[EmbeddingRuntime, EmbeddingRuntime],
+) -> None:
+    first, second = two_runtimes
+    catalog = ToolCatalog.from_lists(VECTOR_TOOLS)
+    late = ToolSearchEngine(catalog, PATIENT, ranking="hybrid", embeddings=second)
+    assert not second.vectors().cached(second.vectors().keys(["nothing yet"]))[0]  # it looked before: empty
+    early = ToolSearchEngine(catalog, PATIENT, ranking="hybrid", embeddings=first)
+    assert early.warm(timeout=WARM_S) and first.vectors().texts_embedded == len(catalog)
+
+    assert late.warm(timeout=WARM_S) and late.ranking_used == "hybrid"
+    assert second.vectors().texts_embedded == 0  # every vector came from the other replica
+    query = "how many records are stored"
+    assert [hit.name for hit in late.search(query)] == [hit.name for hit in early.search(query)]
+    assert [hit.name for hit in late.search(query)][:1] == ["mongodb__count"]
+
+
+def test_settings_with_a_store_url_keep_vectors_in_redis(redis_url: str, tmp_path: Path, model: SemanticScorer) -> None:
+    settings = Settings(
+        mcp={"cache_dir": tmp_path / "cache"}, store={"url": redis_url, "prefix": f"t-{tmp_path.name}:"}
+    )
+    runtime = EmbeddingRuntime.from_settings(settings)
+    runtime._model = model  # the module's loaded model: no second load
+    with runtime:
+        catalog = ToolCatalog.from_lists(VECTOR_TOOLS)
+        assert ToolSearchEngine(catalog, PATIENT, ranking="hybrid", embeddings=runtime).warm(timeout=WARM_S)
+        keys = runtime.vectors().keys(entry_text(entry) for entry in catalog)
+        assert runtime.vectors().where == redis_url
+    stored = RedisStore(redis_url, prefix=f"t-{tmp_path.name}:")
+    assert all(record is not None for record in stored.get_blobs(CACHE_NAME, keys))
+    stored.close()
+    assert not (tmp_path / "cache").exists()  # nothing on disk
+
+
+def test_a_redis_that_is_down_costs_reembedding_not_hybrid_ranking(
+    tmp_path: Path, model: SemanticScorer, caplog: pytest.LogCaptureFixture
+) -> None:
+    down = RedisStore(f"redis://:hunter2@127.0.0.1:{_free_port()}/0")
+    catalog = ToolCatalog.from_lists(VECTOR_TOOLS)
+    with caplog.at_level(logging.WARNING), EmbeddingRuntime(None, store=down, model=model) as runtime:
+        engine = ToolSearchEngine(catalog, PATIENT, ranking="hybrid", embeddings=runtime)
+        assert engine.warm(timeout=WARM_S) and engine.ranking_used == "hybrid"
+        assert [hit.name for hit in engine.search("how many records are stored")][:1] == ["mongodb__count"]
+    warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+    assert warnings and all("redis://***@127.0.0.1" in message for message in warnings)
+    assert len(warnings) <= 2 and not any("hunter2" in message for message in warnings)  # once per read, write
     down.close()

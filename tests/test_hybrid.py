@@ -36,6 +36,7 @@ from orchestrator import (
     ToolSearchEngine,
     ToolSearchSettings,
 )
+from orchestrator._blobs import PACK_SUFFIX
 from orchestrator._telemetry import SEARCH_INVOCATIONS
 from orchestrator.search import _embedding as embedding
 from orchestrator.search._embedding import blend as blend_module
@@ -393,7 +394,7 @@ def test_the_cache_reembeds_only_changed_tools(
     assert ToolSearchEngine(catalog, embeddings=loaded).warm(timeout=60)
     assert loaded.vectors().texts_embedded == len(catalog)
     assert loaded.vectors().cache_path == tmp_path / "embeddings" / CACHE_NAME
-    assert (tmp_path / "embeddings" / CACHE_NAME).is_file()
+    assert [path.suffix for path in (tmp_path / "embeddings" / CACHE_NAME).iterdir()] == [PACK_SUFFIX]
 
     changed = {**TOOLS, "mongodb": [tool("count", "Count the documents matching a filter", "database", "collection")]}
     with EmbeddingRuntime(tmp_path / "embeddings", model=model) as restarted:  # a new process, the same folder
@@ -434,13 +435,14 @@ def test_an_engine_without_a_runtime_builds_one_on_the_user_cache_and_closes_it(
     assert names(engine.search(PARAPHRASE))[:1] == ["playwright__browser_navigate"]
     engine.close()
     engine.close()
-    assert (tmp_path / "xdg" / "orchestrator" / "embeddings" / CACHE_NAME).is_file()  # on disk, not memory only
+    packs = tmp_path / "xdg" / "orchestrator" / "embeddings" / CACHE_NAME
+    assert [path.suffix for path in packs.iterdir()] == [PACK_SUFFIX]  # on disk, not memory only
     assert engine.search(PARAPHRASE) == []  # its closed runtime: lexical from now on
 
 
 def test_vectors_go_under_the_cache_root_and_nothing_is_written_anywhere_else(tmp_path: Path) -> None:
     """A fresh process (onnxruntime imported for the first time, by the runtime) with `mcp.cache_dir`
-    set: a hybrid search leaves `<cache_dir>/embeddings/vectors.npz` and nothing else, not in the user
+    set: a hybrid search leaves one pack in `<cache_dir>/embeddings/vectors/` and nothing else, not in the user
     cache dir (onnxruntime's telemetry included), the home folder, the working folder or the temp dir."""
     places = {name: tmp_path / name for name in ("xdg", "home", "cwd", "tmp")}
     for place in places.values():
@@ -478,7 +480,8 @@ def test_vectors_go_under_the_cache_root_and_nothing_is_written_anywhere_else(tm
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     assert answer["ranking"] == "hybrid" and answer["hits"][:1] == ["playwright__browser_navigate"]
     written = sorted(path.relative_to(tmp_path).as_posix() for path in tmp_path.rglob("*") if not path.is_dir())
-    assert written == [f"cache/embeddings/{CACHE_NAME}"]
+    assert len(written) == 1 and written[0].startswith(f"cache/embeddings/{CACHE_NAME}/"), written
+    assert written[0].endswith(PACK_SUFFIX) and "/." not in written[0]
 
 
 # --------------------------------------------------------------------------- the gateway

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -31,9 +32,13 @@ from orchestrator import (
     ToolVectors,
     load_config,
 )
+from orchestrator._blobs import PACK_SUFFIX
+from orchestrator._store import FileStore
 from orchestrator._telemetry import FALLBACK_KINDS, SEARCH_INVOCATIONS
+from orchestrator.search._embedding import index as index_module
 from orchestrator.search._embedding import model as model_module
 from orchestrator.search._embedding import rules, store
+from orchestrator.search._embedding.index import VectorIndex
 from orchestrator.search._embedding.model import (
     DIMENSION,
     EXTRA_MODULES,
@@ -140,8 +145,9 @@ def test_the_cache_reembeds_only_changed_tools(scorer: SemanticScorer, tmp_path:
     first = ToolVectors(scorer, tmp_path)
     before = first.embed_tools(TOOLS)
     assert first.texts_embedded == len(TOOLS)
-    assert first.cache_path == tmp_path / store.CACHE_NAME and first.cache_path.is_file()
-    assert [path.name for path in tmp_path.iterdir()] == [store.CACHE_NAME]  # no temporary file left
+    assert first.cache_path == tmp_path / store.CACHE_NAME and first.cache_path.is_dir()
+    assert [path.name for path in tmp_path.iterdir()] == [store.CACHE_NAME]
+    assert [path.suffix for path in first.cache_path.iterdir()] == [PACK_SUFFIX]  # one pack, no temporary file left
 
     changed = dict(TOOLS, mongodb__count=TOOLS["mongodb__count"] + " Accepts a filter.")
     second = ToolVectors(scorer, tmp_path)  # a new process, as far as the cache is concerned
@@ -159,9 +165,10 @@ def test_the_cache_reembeds_only_changed_tools(scorer: SemanticScorer, tmp_path:
 def test_a_damaged_cache_file_is_rebuilt_instead_of_raised(
     scorer: SemanticScorer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    (tmp_path / store.CACHE_NAME).write_bytes(b"PK\x03\x04 this is not an npz file")
+    (tmp_path / store.CACHE_NAME).mkdir()
+    (tmp_path / store.CACHE_NAME / f"0-damaged{PACK_SUFFIX}").write_bytes(b"ORCPACK1 this is not a pack file")
     vectors = ToolVectors(scorer, tmp_path)
-    with caplog.at_level(logging.WARNING, logger=store.__name__):
+    with caplog.at_level(logging.WARNING):
         vectors.embed_tools(TOOLS)
     assert vectors.texts_embedded == len(TOOLS)
     assert "unreadable" in caplog.text
@@ -170,19 +177,29 @@ def test_a_damaged_cache_file_is_rebuilt_instead_of_raised(
     assert again.texts_embedded == 0
 
 
-def test_a_cache_of_an_earlier_models_width_is_rebuilt_without_a_warning(
-    scorer: SemanticScorer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    "record",
+    [
+        np.ones(384, np.float32).tobytes(),  # an earlier model's width (all-MiniLM-L6-v2 alone wrote 384-wide rows)
+        np.full(DIMENSION, 0.5, np.float32).tobytes(),  # the right size, but not a unit vector
+        np.full(DIMENSION, np.nan, np.float32).tobytes(),
+        b"",
+    ],
+)
+def test_a_stored_vector_of_another_width_or_damaged_is_embedded_again_without_a_warning(
+    scorer: SemanticScorer, tmp_path: Path, caplog: pytest.LogCaptureFixture, record: bytes
 ) -> None:
-    """An upgrade that changes the model (all-MiniLM-L6-v2 alone wrote 384-wide rows) is not damage."""
-    old = np.ones((2, 384), np.float32)
-    np.savez(tmp_path / store.CACHE_NAME, keys=np.zeros((2, 32), np.uint8), vectors=old)
+    """An upgrade that changes the model is not damage, and a wrong record costs only its re-embedding."""
     vectors = ToolVectors(scorer, tmp_path)
-    with caplog.at_level(logging.INFO, logger=store.__name__):
-        vectors.embed_tools(TOOLS)
+    keys = vectors.keys(TOOLS.values())
+    FileStore(tmp_path).put_blobs(store.CACHE_NAME, dict.fromkeys(keys, record), limit=100)
+    with caplog.at_level(logging.INFO):
+        matrix = vectors.embed_tools(TOOLS)
     assert vectors.texts_embedded == len(TOOLS)
-    assert "another model's vectors" in caplog.text
-    assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
-    assert ToolVectors(scorer, tmp_path).embed_tools(TOOLS).shape == (len(TOOLS), DIMENSION)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    again = ToolVectors(scorer, tmp_path)
+    np.testing.assert_array_equal(again.embed_tools(TOOLS), matrix)  # the new records replaced the wrong ones
+    assert again.texts_embedded == 0
 
 
 def test_background_embedding_fills_the_cache_and_wait_returns_when_it_is_there(
@@ -524,3 +541,88 @@ def test_the_removed_embedding_switch_says_what_replaces_it(tmp_path: Path) -> N
     message = str(caught.value)
     assert message.count("\n") == 0 and "mcp.embedding" in message and "ranking: lexical" in message
     assert ToolSearchSettings(ranking="auto").ranking == "hybrid"  # earlier versions' name for it
+
+
+def test_loading_the_models_leaves_numpy_one_blas_thread(scorer: SemanticScorer) -> None:
+    """Embedding workers and the gateway's pool spread the work over the cores; BLAS threads would only spin."""
+    from threadpoolctl import threadpool_info
+
+    assert {library["num_threads"] for library in threadpool_info() if library["user_api"] == "blas"} == {1}
+
+
+def test_embedding_many_texts_in_jobs_on_both_workers_gives_the_one_by_one_vectors(scorer: SemanticScorer) -> None:
+    texts = [tool_text("bulk", f"task_{i}", f"Step {i} of a long batch job " + "word " * (i % 40)) for i in range(150)]
+    together = scorer.embed_texts(texts)
+    alone = np.concatenate([scorer.embed_texts([text]) for text in texts[::37]])
+    np.testing.assert_allclose(together[::37], alone, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
+
+
+# --- the vector index ---------------------------------------------------------------------------
+
+
+def _unit_rows(count: int, seed: int) -> np.ndarray:
+    rows = np.random.default_rng(seed).standard_normal((count, DIMENSION)).astype(np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+class _Reads:
+    """A `read` for VectorIndex.build over a dict, counting the keys asked."""
+
+    def __init__(self, vectors: dict[bytes, np.ndarray]) -> None:
+        self.vectors = vectors
+        self.asked: list[bytes] = []
+
+    def __call__(self, keys: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+        self.asked.extend(keys)
+        found = [i for i, key in enumerate(keys) if key in self.vectors]
+        rows = np.array([self.vectors[keys[i]] for i in found], np.float32).reshape(len(found), DIMENSION)
+        return rows, np.array(found, dtype=np.intp)
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_the_index_scores_every_row_against_the_querys_best_sentence(
+    monkeypatch: pytest.MonkeyPatch, compact: bool
+) -> None:
+    monkeypatch.setattr(index_module, "COMPACT_ABOVE", 0 if compact else 10**9)
+    monkeypatch.setattr(index_module, "SHARD_TOOLS", 1_024)  # three shards, the last one short
+    rows = _unit_rows(3_000, seed=1)
+    rows[7] = 0.0  # a zero row scores 0, whatever the query
+    keys = [i.to_bytes(32, "big") for i in range(len(rows))]
+    index, missing = VectorIndex.build(keys, _Reads(dict(zip(keys, rows, strict=True))))
+    assert missing == [] and index is not None and index.compact is compact
+    assert len(index.shards) == (3 if compact else 0)
+    query = _unit_rows(3, seed=2)
+    query[1] = rows[42] * 0.8 + query[1] * 0.2  # one sentence close to row 42
+    query /= np.linalg.norm(query, axis=1, keepdims=True)
+    exact = (rows @ query.T).max(axis=1)
+    cosines = index.cosines(query)
+    assert cosines.dtype == np.float32 and cosines.shape == (len(rows),)
+    np.testing.assert_allclose(cosines, exact, atol=2e-3 if compact else 1e-6)
+    assert int(np.argmax(cosines)) == 42 and cosines[7] == 0.0
+    assert index.nbytes == len(rows) * (DIMENSION + 4 + 32 + 8 if compact else 4 * DIMENSION)
+
+
+def test_a_new_catalog_version_reads_only_the_vectors_of_new_texts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(index_module, "COMPACT_ABOVE", 0)
+    monkeypatch.setattr(index_module, "SHARD_TOOLS", 4)
+    rows = _unit_rows(14, seed=3)
+    keys = [bytes([i]) * 31 + b"\0" for i in range(14)]  # a trailing NUL is part of a key
+    reads = _Reads(dict(zip(keys, rows, strict=True)))
+    query = _unit_rows(1, seed=4)
+    first, _ = VectorIndex.build(keys[:12], reads)
+    assert first is not None and len(first.shards) == 3
+    reads.asked.clear()
+    changed = [keys[13], *keys[1:12], keys[12]]  # one tool gone, two new, the rest moved
+    second, missing = VectorIndex.build(changed, reads, (keys[:12], first))
+    assert missing == [] and second is not None and reads.asked == [keys[13], keys[12]]
+    assert second.shards[:3] == first.shards  # kept as they were, one more for the new texts
+    np.testing.assert_allclose(second.cosines(query), (rows[[13, *range(1, 13)]] @ query.T)[:, 0], atol=2e-3)
+    np.testing.assert_array_equal(second.cosines(query)[1:12], first.cosines(query)[1:12])
+
+    reads.asked.clear()
+    few = [keys[0], keys[13]]  # most of the old shards unused: rebuilt from the store instead
+    third, _ = VectorIndex.build(few, reads, (changed, second))
+    assert third is not None and reads.asked == few and len(third.shards) == 1
+    absent, missing = VectorIndex.build([*keys[:12], b"x" * 32, b"y" * 32], reads, (keys[:12], first))
+    assert absent is None and missing == [12, 13]

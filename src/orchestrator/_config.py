@@ -267,7 +267,8 @@ class EmbeddingSettings(_Model):
     whether the models run at all)."""
 
     cache_dir: Path | None = None
-    """Folder of the tool-vector cache; default `<mcp.cache_dir>/embeddings`."""
+    """Folder of the tool-vector cache; default `<mcp.cache_dir>/embeddings`. Unused when `store.url` is
+    set: the vectors are kept in Redis, shared by every replica."""
 
     @model_validator(mode="before")
     @classmethod
@@ -424,8 +425,8 @@ class GatewaySettings(_Model):
 
 
 class StoreSettings(_Model):
-    """`store:` where state that outlives one gateway replica is kept: task histories, the spawn log and
-    revoked spawn credentials."""
+    """`store:` where state that outlives one gateway replica is kept: task histories, the spawn log,
+    revoked spawn credentials and (with `url`) the tool vectors of hybrid search."""
 
     url: _Expanded | None = None
     """None: files under the cache root (`mcp.cache_dir`), enough for replicas on one machine.

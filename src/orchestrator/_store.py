@@ -1,7 +1,7 @@
 """The store: small JSON records that must outlive one gateway replica, behind one interface.
 
     Store                 get / put (with a time to live) / delete / scan a namespace / append to a list /
-                          read a list / close
+                          read a list / binary records in bulk (get_blobs, put_blobs) / close
     MemoryStore           a dict: one process only (tests, an embedded gateway, a cold spawn's gateway)
     FileStore(root)       one JSON file per record under `root/<namespace>/`: replicas on one machine
     RedisStore(url)       Redis through redis-py: replicas on several machines
@@ -10,19 +10,21 @@
 Keys are `namespace/name` (`tasks/<task id>`, `spawns/<spawn id>`, `revoked/<spawn id>`, `stats/<spawn id>`).
 What goes in: task histories (pinned and recently called tools), the open spawns (who opened which
 spawn, its expiry), the meta-tool counts of open spawns (a list each replica appends to), and revoked
-spawn credentials until they would have expired anyway. Every call may block (files, a network round trip): the gateway calls the store from
+spawn credentials until they would have expired anyway; and, as binary records in namespace `vectors`, the
+tool vectors of hybrid search, so each tool text is embedded once per deployment. Every call may block (files, a network round trip): the gateway calls the store from
 its worker pool, never on its event loop.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -30,14 +32,17 @@ from ._errors import ConfigError, OrchestratorError
 from .protocols.mcp._cache import atomic_write
 
 if TYPE_CHECKING:
+    from ._blobs import BlobPacks
     from ._config import Settings
 
-__all__ = ["FileStore", "MemoryStore", "RedisStore", "Store", "StoreError", "open_store", "split_key"]
+__all__ = ["FileStore", "MemoryStore", "RedisStore", "Store", "StoreError", "open_store", "redacted", "split_key"]
 
 NAME_CHARS = 100
 """Longest file name FileStore makes from a key's name part (file systems allow 255 bytes)."""
 REDIS_TIMEOUT_S = 5.0
 """Connect and command timeout: a Redis that does not answer in this long fails the request, not the loop."""
+REDIS_BLOBS_PER_COMMAND = 1_000
+"""Binary records read or written per Redis command: a few MB of tool vectors, not one huge reply."""
 
 
 class StoreError(OrchestratorError):
@@ -77,6 +82,17 @@ class Store(Protocol):
         """The list under `key`, oldest first ([] when there is none or it has expired)."""
         ...
 
+    def get_blobs(self, namespace: str, names: Sequence[bytes]) -> list[bytes | None]:
+        """The binary value of each name in `namespace`, in order (None where there is none), including
+        what other processes sharing the store wrote. For many small values read in bulk (tool vectors)."""
+        ...
+
+    def put_blobs(self, namespace: str, blobs: Mapping[bytes, bytes], *, limit: int) -> None:
+        """Keep binary values by name in `namespace`; it holds the `limit` most recently written (older ones
+        go first; a FileStore lets a quarter more wait for its next merge), so it stays bounded however many
+        processes write."""
+        ...
+
     def close(self) -> None:
         """Release connections; the store is not used afterwards."""
         ...
@@ -108,6 +124,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._data: dict[str, tuple[float | None, str]] = {}
         self._lists: dict[str, tuple[float, list[str]]] = {}
+        self._blobs: dict[str, dict[bytes, bytes]] = {}
         self._lock = threading.Lock()
 
     def get(self, key: str) -> Any | None:
@@ -167,6 +184,20 @@ class MemoryStore:
             texts = list(current[1])
         return [json.loads(text) for text in texts]
 
+    def get_blobs(self, namespace: str, names: Sequence[bytes]) -> list[bytes | None]:
+        with self._lock:
+            blobs = self._blobs.get(namespace, {})
+            return [blobs.get(name) for name in names]
+
+    def put_blobs(self, namespace: str, blobs: Mapping[bytes, bytes], *, limit: int) -> None:
+        with self._lock:
+            kept = self._blobs.setdefault(namespace, {})
+            for name, value in blobs.items():
+                kept.pop(name, None)  # written again: the newest now
+                kept[name] = bytes(value)
+            for name in list(itertools.islice(kept, max(0, len(kept) - limit))):
+                del kept[name]
+
     def close(self) -> None:
         return None
 
@@ -180,11 +211,29 @@ class FileStore:
     atomically (a temporary file and a rename): a reader sees the old record or the new one. List items
     are appended (O_APPEND, one write each): about 40 us here, where replacing a file costs about 1 ms,
     so counting every tool call stays cheap. Names are reduced to `[A-Za-z0-9_-]` for the file name, as
-    task histories always were.
+    task histories always were. Binary records go to pack files under `root/<namespace>/` (`BlobPacks`).
     """
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self._packs: dict[str, BlobPacks] = {}
+        self._packs_lock = threading.Lock()
+
+    def _blob_packs(self, namespace: str) -> BlobPacks:
+        with self._packs_lock:
+            packs = self._packs.get(namespace)
+            if packs is None:
+                from ._blobs import BlobPacks  # numpy: paid only by a store that keeps binary records
+
+                packs = self._packs[namespace] = BlobPacks(self.root / _safe(namespace))
+            return packs
+
+    def get_blobs(self, namespace: str, names: Sequence[bytes]) -> list[bytes | None]:
+        return self._blob_packs(namespace).get(names)
+
+    def put_blobs(self, namespace: str, blobs: Mapping[bytes, bytes], *, limit: int) -> None:
+        if blobs:
+            self._blob_packs(namespace).put(blobs, limit=limit)
 
     def _path(self, key: str) -> Path:
         namespace, name = split_key(key)
@@ -283,7 +332,9 @@ class RedisStore:
 
     Each record is one string key `<prefix><namespace>:<name>` with Redis' own expiry; each namespace
     also has a sorted set `<prefix>index:<namespace>` of its keys scored by expiry, so `scan` reads one
-    namespace without walking the whole keyspace (and drops index entries that have expired).
+    namespace without walking the whole keyspace (and drops index entries that have expired). Binary
+    records of a namespace are one hash `<prefix>blobs:<namespace>`, with a sorted set
+    `<prefix>blobs-age:<namespace>` of their names by time written, from which the oldest are dropped.
     """
 
     def __init__(self, url: str, *, prefix: str = "orchestrator:", client: Any = None) -> None:
@@ -308,7 +359,7 @@ class RedisStore:
         try:
             yield
         except redis.RedisError as exc:
-            raise StoreError(f"store {_redacted(self.url)}: {type(exc).__name__}: {exc}") from None
+            raise StoreError(f"store {redacted(self.url)}: {type(exc).__name__}: {exc}") from None
 
     def get(self, key: str) -> Any | None:
         redis_key, _, _ = self._key(key)
@@ -360,6 +411,33 @@ class RedisStore:
             values = self._redis.mget([f"{self.prefix}{namespace}:{name}" for name in names])
         return {name: json.loads(raw) for name, raw in zip(names, values, strict=True) if raw is not None}
 
+    def get_blobs(self, namespace: str, names: Sequence[bytes]) -> list[bytes | None]:
+        table = f"{self.prefix}blobs:{namespace}"
+        found: list[bytes | None] = []
+        with self._errors():
+            for start in range(0, len(names), REDIS_BLOBS_PER_COMMAND):
+                values: list[Any] = self._redis.hmget(table, list(names[start : start + REDIS_BLOBS_PER_COMMAND]))
+                found.extend(values)
+        return found
+
+    def put_blobs(self, namespace: str, blobs: Mapping[bytes, bytes], *, limit: int) -> None:
+        table, ages = f"{self.prefix}blobs:{namespace}", f"{self.prefix}blobs-age:{namespace}"
+        items = list(blobs.items())
+        now = time.time()
+        with self._errors():
+            for start in range(0, len(items), REDIS_BLOBS_PER_COMMAND):
+                part: dict[Any, Any] = dict(items[start : start + REDIS_BLOBS_PER_COMMAND])
+                pipe = self._redis.pipeline(transaction=True)
+                pipe.hset(table, mapping=part)
+                pipe.zadd(ages, dict.fromkeys(part, now))
+                pipe.execute()
+            excess = int(self._redis.zcard(ages)) - limit
+            if excess > 0:  # replicas may both trim at once: the oldest go either way
+                popped: list[Any] = self._redis.zpopmin(ages, excess)
+                oldest = [name for name, _age in popped]
+                for start in range(0, len(oldest), REDIS_BLOBS_PER_COMMAND):
+                    self._redis.hdel(table, *oldest[start : start + REDIS_BLOBS_PER_COMMAND])
+
     def close(self) -> None:
         self._redis.close()
 
@@ -380,7 +458,7 @@ def open_store(settings: Settings) -> Store:
     return RedisStore(url, prefix=settings.store.prefix)
 
 
-def _redacted(url: str) -> str:
+def redacted(url: str) -> str:
     """The URL without its password (error messages end up in logs)."""
     scheme, sep, rest = url.partition("://")
     credentials, at, host = rest.rpartition("@")

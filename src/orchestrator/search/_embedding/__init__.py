@@ -1,16 +1,17 @@
 """The embedding runtime behind hybrid tool search: one object, built from Settings, passed in.
 
-    EmbeddingRuntime.from_settings(settings)   vectors in `<mcp.cache_dir>/embeddings` (`mcp.embedding.cache_dir`)
+    EmbeddingRuntime.from_settings(settings)   vectors in Redis when `store.url` is set (shared by every
+                                               replica), else in `<mcp.cache_dir>/embeddings` (`mcp.embedding.cache_dir`)
     runtime.create_blend(search_settings)      the engine's ScoreBlend (HybridBlend), None for lexical, or
                                                SemanticUnavailable (logged once) when hybrid cannot run
     runtime.close()                            stop background embedding and save it (or `with ...:`)
 
 The modules, one job each: `rules` (pure ranking rules), `model` (hash-checked model loading and the
-onnxruntime scorer), `store` (the .npz vector file), `warmer` (background embedding), `vectors` (one cache
-folder: store, else model, now or in the background) and `blend` (`HybridBlend`). Everything that can go
+onnxruntime scorer), `store` (vectors as the store's binary records), `warmer` (background embedding),
+`vectors` (one store: cached, else the model, now or in the background) and `blend` (`HybridBlend`). Everything that can go
 wrong raises `SemanticUnavailable` with a `kind` for the search metric, so the engine answers with the
 lexical ranking instead (fail open). Nothing is fetched at run time, and nothing is written outside the
-cache folder.
+cache folder (or the Redis store).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from .vectors import ToolVectors
 
 if TYPE_CHECKING:
     from ..._config import Settings, ToolSearchSettings
+    from ..._store import Store
     from .._blend import ScoreBlend
 
 __all__ = [
@@ -59,7 +61,10 @@ class EmbeddingRuntime:
     embedded; afterwards searches through it answer lexically (`disabled`).
 
     Args:
-        cache_dir: folder of the vector cache (`vectors.npz`); None keeps vectors in memory only.
+        cache_dir: folder of the vector cache (pack files in `vectors/`, shared by the processes of one
+            machine); None keeps vectors in memory only, unless `store` is given.
+        store: a Store to share vectors through instead of the folder (Redis: every replica embeds each
+            tool text once per deployment); the caller closes it.
         model: an already loaded model to use (benchmarks and tests share one between runtimes).
         load_model: how to load the model on first use (default: the pinned files, `SemanticScorer.load`).
     """
@@ -68,10 +73,13 @@ class EmbeddingRuntime:
         self,
         cache_dir: Path | str | None,
         *,
+        store: Store | None = None,
         model: SemanticScorer | None = None,
         load_model: Callable[[], SemanticScorer] | None = None,
     ) -> None:
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else None
+        self.store = store
+        self._owned_store: Store | None = None
         self._model = model
         self._load_model = load_model if load_model is not None else SemanticScorer.load
         self._lock = threading.Lock()
@@ -83,9 +91,21 @@ class EmbeddingRuntime:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> EmbeddingRuntime:
-        """Vectors in `mcp.embedding_cache_dir()` (default `<mcp.cache_dir>/embeddings`, the cache root being
-        the user cache dir's `orchestrator`)."""
-        return cls(settings.mcp.embedding_cache_dir())
+        """Vectors in the Redis store when `store.url` is set (opened here, closed with the runtime), else
+        in `mcp.embedding_cache_dir()` (default `<mcp.cache_dir>/embeddings`, the cache root being the user
+        cache dir's `orchestrator`).
+
+        Raises:
+            ConfigError: `store.url` is set but redis-py is not installed.
+        """
+        if settings.store.url is None:
+            return cls(settings.mcp.embedding_cache_dir())
+        from ..._store import open_store
+
+        store = open_store(settings)
+        runtime = cls(None, store=store)
+        runtime._owned_store = store
+        return runtime
 
     @property
     def model(self) -> SemanticScorer | None:
@@ -133,7 +153,8 @@ class EmbeddingRuntime:
             raise self.error
 
     def vectors(self, cache_dir: Path | str | None = None) -> ToolVectors:
-        """The tool vectors of a cache folder (default: this runtime's), over the model (loaded here once).
+        """The tool vectors of a cache folder (default: this runtime's store or folder), over the model
+        (loaded here once).
 
         Raises:
             SemanticUnavailable: the model cannot load (the same error on every later call), or the
@@ -153,7 +174,8 @@ class EmbeddingRuntime:
                     raise
             vectors = self._vectors.get(directory)
             if vectors is None:
-                vectors = self._vectors[directory] = ToolVectors(self._model, directory)
+                store = self.store if cache_dir is None else None
+                vectors = self._vectors[directory] = ToolVectors(self._model, directory, store=store)
             return vectors
 
     def note(self, exc: SemanticUnavailable) -> None:
@@ -182,7 +204,10 @@ class EmbeddingRuntime:
             vectors.stop()
         for vectors in folders:
             if not vectors.close(max(0.0, deadline - time.monotonic())):
-                log.warning("background embedding into %s still running after close", vectors.cache_path)
+                log.warning("background embedding into %s still running after close", vectors.where)
+        if self._owned_store is not None:
+            self._owned_store.close()
+            self._owned_store = None
 
     def __enter__(self) -> EmbeddingRuntime:
         return self

@@ -8,11 +8,10 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from ..._errors import SemanticUnavailable
+from .index import VectorIndex
 from .rules import admitted, blend, entry_text
 
 if TYPE_CHECKING:
-    from numpy.typing import NDArray
-
     from ..._config import ToolSearchSettings
     from ...protocols.mcp._catalog import ToolCatalog
     from .vectors import ToolVectors
@@ -47,7 +46,7 @@ class _CatalogVectors:
     def __init__(self, texts: list[str]) -> None:
         self.texts = texts
         self.keys: list[bytes] | None = None
-        self.matrix: NDArray[np.float32] | None = None
+        self.index: VectorIndex | None = None
         self.requested = False
         """Uncached texts were handed to the background thread."""
         self.checked = -1
@@ -72,6 +71,8 @@ class HybridBlend:
         self.floor = settings.semantic_floor
         self.timeout_ms = settings.embedding_timeout_ms
         self._catalog: _CatalogVectors | None = None
+        self._built: tuple[list[bytes], VectorIndex] | None = None
+        """The last index built and its keys: a new catalog version copies the rows of unchanged texts."""
 
     @property
     def available(self) -> bool:
@@ -91,12 +92,12 @@ class HybridBlend:
         """
         try:
             vectors = self.runtime.vectors()
-            matrix = self._matrix(vectors, lexical.shape[0])
+            index = self._index(vectors, lexical.shape[0])
             query_vectors = vectors.model.embed_query(query, timeout_ms=self.timeout_ms)
         except SemanticUnavailable as exc:
             self.runtime.note(exc)
             raise
-        cosines = vectors.model.similarities(query_vectors, matrix)
+        cosines = index.cosines(query_vectors)
         scores = blend(lexical, cosines, self.weight).astype(np.float64)
         matched = np.zeros(lexical.shape[0], dtype=bool)
         matched[candidates] = True
@@ -115,11 +116,17 @@ class HybridBlend:
             vectors = self.runtime.vectors()
             with state.lock:
                 keys = self._keys(vectors, state)
-                _, missing = vectors.cached(keys)
-                if missing:
-                    vectors.warm({keys[i]: state.texts[i] for i in missing})
-                    state.requested = True
-            return vectors.wait(keys, timeout)
+                if state.index is None:
+                    missing = self._build(vectors, state)
+                    if missing:
+                        vectors.warm({keys[i]: state.texts[i] for i in missing})
+                        state.requested = True
+            if state.index is not None or not vectors.wait(keys, timeout):
+                return state.index is not None
+            with state.lock:  # built here, not in the first search: reading a large catalog's vectors takes a while
+                if state.index is None:
+                    self._build(vectors, state)
+                return state.index is not None
         except SemanticUnavailable as exc:
             self.runtime.note(exc)
             return False
@@ -130,30 +137,46 @@ class HybridBlend:
             state.keys = vectors.keys(state.texts)
         return state.keys
 
-    def _matrix(self, vectors: ToolVectors, size: int) -> NDArray[np.float32]:
+    def _index(self, vectors: ToolVectors, size: int) -> VectorIndex:
         state = self._catalog
         if state is None:
             raise SemanticUnavailable("warming", "no catalog was prepared")
-        matrix = state.matrix
-        if matrix is None:
-            with state.lock:
-                if state.matrix is None:
+        index = state.index
+        if index is None:
+            # Another search (or the warm-up) may be reading a large catalog's vectors: answer lexically meanwhile.
+            if not state.lock.acquire(blocking=False):
+                raise SemanticUnavailable("warming", "the catalog's vectors are being read")
+            try:
+                if state.index is None:
                     self._fill(vectors, state)
-                matrix = state.matrix
-        assert matrix is not None
-        if matrix.shape[0] != size:  # a search still on the previous catalog version while it changed
+                index = state.index
+            finally:
+                state.lock.release()
+        assert index is not None
+        if index.size != size:  # a search still on the previous catalog version while it changed
             raise SemanticUnavailable("warming", "the catalog changed during this search")
-        return matrix
+        return index
+
+    def _build(self, vectors: ToolVectors, state: _CatalogVectors) -> list[int]:
+        """Set `state.index` from the cache when every text has a vector; else the positions missing.
+        Hold `state.lock`."""
+        keys = self._keys(vectors, state)
+        index, missing = VectorIndex.build(keys, vectors.read, self._built)
+        if index is not None:
+            state.index = index
+            self._built = (keys, index)
+        return missing
 
     def _fill(self, vectors: ToolVectors, state: _CatalogVectors) -> None:
-        """Set `state.matrix`, embedding a few texts right here, or raise `warming`. Hold `state.lock`."""
-        if state.requested and state.checked == vectors.generation and vectors.warming:
-            raise SemanticUnavailable("warming", f"embedding {len(state.texts)} tool texts in the background")
+        """Set `state.index`, embedding a few texts right here, or raise `warming`. Hold `state.lock`."""
         keys = self._keys(vectors, state)
+        # While the background embeds: nothing new since the last look, or not all there yet (no store read).
+        if state.requested and vectors.warming and (state.checked == vectors.generation or not vectors.known(keys)):
+            state.checked = vectors.generation
+            raise SemanticUnavailable("warming", f"embedding {len(state.texts)} tool texts in the background")
         state.checked = vectors.generation
-        matrix, missing = vectors.cached(keys)
-        if matrix is not None:
-            state.matrix = matrix
+        missing = self._build(vectors, state)
+        if not missing:
             return
         if state.requested and vectors.warm_error is not None:
             raise vectors.warm_error
@@ -163,12 +186,13 @@ class HybridBlend:
                 vectors.model.count_tokens(texts.values()) * EMBED_MS_PER_TOKEN + len(texts) * EMBED_MS_PER_TEXT
             )
             if estimate_ms <= self.timeout_ms:
-                state.matrix = vectors.embed_keys(keys, state.texts)
-                return
+                vectors.embed_keys(list(texts), list(texts.values()))
+                if not self._build(vectors, state):
+                    return
         vectors.warm(texts)
         state.requested = True
         raise SemanticUnavailable(
             "warming",
             f"embedding {len(texts)} of {len(keys)} tool texts in the background "
-            f"(cached in {vectors.cache_path or 'memory'}); lexical ranking until they are ready",
+            f"(cached in {vectors.where}); lexical ranking until they are ready",
         )

@@ -25,7 +25,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +87,9 @@ SESSION_THREADS = 1
 (which burn a core) and halves throughput when the other core is taken; parallel runs do better."""
 EMBED_WORKERS = 2
 """Concurrent model runs when embedding many tools (each on one thread; the GIL is released)."""
+MULTILINGUAL_RUN = 64
+"""Texts per USE multilingual v3 job when embedding many tools (about 0.1 s): small enough to even out the
+two workers' last jobs."""
 _ONNX_LOG_ERRORS_ONLY = 3
 """onnxruntime log severity: its warnings about unused initializers are noise here."""
 ORT_TELEMETRY_ENV = "ORT_DISABLE_TELEMETRY"
@@ -237,13 +240,16 @@ class SemanticScorer:
         return joined
 
     def _join(self, minilm: NDArray[np.float32], texts: Sequence[str]) -> NDArray[np.float32]:
-        """all-MiniLM-L6-v2's rows for `texts` beside USE multilingual v3's (of each ToolText's `multilingual`),
-        each scaled by the root of its share: unit rows whose dot products mix the two models' cosines."""
-        joined = np.empty((len(texts), DIMENSION), np.float32)
+        """all-MiniLM-L6-v2's rows for `texts` beside USE multilingual v3's (of each ToolText's `multilingual`)."""
+        return self._combine(minilm, self._multilingual.embed([multilingual_text(t) for t in texts]))
+
+    @staticmethod
+    def _combine(minilm: NDArray[np.float32], multilingual: NDArray[np.float32]) -> NDArray[np.float32]:
+        """Both models' unit rows side by side, each scaled by the root of its share: unit rows whose dot
+        products mix the two models' cosines."""
+        joined = np.empty((len(minilm), DIMENSION), np.float32)
         joined[:, :MINILM_DIMENSION] = minilm * _MINILM_SCALE
-        joined[:, MINILM_DIMENSION:] = (
-            self._multilingual.embed([multilingual_text(t) for t in texts]) * _MULTILINGUAL_SCALE
-        )
+        joined[:, MINILM_DIMENSION:] = multilingual * _MULTILINGUAL_SCALE
         return joined
 
     @staticmethod
@@ -258,8 +264,9 @@ class SemanticScorer:
     def embed_texts(self, texts: Sequence[str]) -> NDArray[np.float32]:
         """Unit vectors of `texts` (rows in order), straight from the models, no cache.
 
-        For all-MiniLM-L6-v2, texts are sorted by token count and run in batches of BATCH_SIZE,
-        EMBED_WORKERS batches at a time, so a batch pads little; USE multilingual v3 then reads them all.
+        Both models' work is cut into jobs that EMBED_WORKERS threads take in turn, so both cores stay busy
+        to the end: all-MiniLM-L6-v2 batches of BATCH_SIZE texts of about one token count (little padding),
+        the longest first, then USE multilingual v3 runs of MULTILINGUAL_RUN texts.
 
         Raises:
             SemanticUnavailable: `embed_failed` when tokenizing or a model run fails.
@@ -269,20 +276,42 @@ class SemanticScorer:
         encodings = self._encode(list(texts))
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
         batches = [order[i : i + BATCH_SIZE] for i in range(0, len(order), BATCH_SIZE)]
-        out = np.empty((len(texts), MINILM_DIMENSION), np.float32)
+        minilm = np.empty((len(texts), MINILM_DIMENSION), np.float32)
+        multilingual = np.empty((len(texts), MULTILINGUAL_DIMENSION), np.float32)
+        plain = [multilingual_text(text) for text in texts]
 
-        pending = iter(batches)
+        def minilm_job(batch: list[int]) -> Callable[[], None]:
+            def job() -> None:
+                minilm[batch] = self._run([encodings[i] for i in batch])
+
+            return job
+
+        def multilingual_job(start: int) -> Callable[[], None]:
+            def job() -> None:
+                stop = start + MULTILINGUAL_RUN
+                multilingual[start:stop] = self._multilingual.embed(plain[start:stop])
+
+            return job
+
+        jobs = [minilm_job(batch) for batch in reversed(batches)]
+        jobs += [multilingual_job(start) for start in range(0, len(texts), MULTILINGUAL_RUN)]
+        self._run_jobs(jobs)
+        return self._combine(minilm, multilingual)
+
+    def _run_jobs(self, jobs: list[Callable[[], None]]) -> None:
+        """Run `jobs` on up to EMBED_WORKERS threads (this one included), each taking the next in turn."""
+        pending = iter(jobs)
         take = threading.Lock()
         errors: list[BaseException] = []
 
         def work() -> None:
             while not errors:
                 with take:
-                    batch = next(pending, None)
-                if batch is None:
+                    job = next(pending, None)
+                if job is None:
                     return
                 try:
-                    out[batch] = self._run([encodings[i] for i in batch])
+                    job()
                 except BaseException as exc:  # handed to the calling thread below
                     errors.append(exc)
 
@@ -290,7 +319,7 @@ class SemanticScorer:
         # still be running while the interpreter shuts down, when an executor refuses new work.
         helpers = [
             threading.Thread(target=work, name="orchestrator-embed", daemon=True)
-            for _ in range(min(self._workers, len(batches)) - 1)
+            for _ in range(min(self._workers, len(jobs)) - 1)
         ]
         for helper in helpers:
             helper.start()
@@ -299,7 +328,6 @@ class SemanticScorer:
             helper.join()
         if errors:
             raise errors[0]
-        return self._join(out, texts)
 
     @staticmethod
     def similarities(query: NDArray[np.float32], matrix: NDArray[np.float32]) -> NDArray[np.float32]:

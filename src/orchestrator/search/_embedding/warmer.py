@@ -1,13 +1,17 @@
 """Background embedding of one cache folder's tool texts, so searches never wait for a whole catalog.
 
-A thread embeds pending texts, shortest first, WARM_CHUNK at a time, adds each step's vectors to the
-store and writes the file at least every WARM_SAVE_INTERVAL_S. It ends when nothing is pending, or when
-`stop` is called (by `EmbeddingRuntime.close()`): then it finishes its current step and saves it.
+A thread embeds pending texts WARM_CHUNK at a time, adds each step's vectors to the store and writes them
+at least every WARM_SAVE_INTERVAL_S. Its first step takes the shortest texts; each later one a run of
+texts of about one length from a random place, after dropping those another process (a replica sharing the
+store) wrote meanwhile, so replicas warming the same catalog share the work instead of repeating it. It
+ends when nothing is pending, or when `stop` is called (by `EmbeddingRuntime.close()`): then it finishes
+its current step and saves it.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -46,6 +50,9 @@ class Warmer:
         self._store = store
         self._embed = embed
         self._pending: dict[bytes, str] = {}
+        self._queue: list[tuple[bytes, str]] = []
+        """The pending texts by length (rebuilt when texts are requested); a step takes a run of it."""
+        self._steps = 0
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.error: SemanticUnavailable | None = None
@@ -64,8 +71,10 @@ class Warmer:
         """Embed these (key -> text) unless already stored; starts the thread if needed and returns at once."""
         store = self._store
         with store.lock:
-            rows = store.rows()
-            self._pending.update((key, text) for key, text in texts.items() if key not in rows)
+            added = {key: text for key, text in texts.items() if key not in store.known and key not in self._pending}
+            if added:
+                self._pending.update(added)
+                self._queue = sorted(self._pending.items(), key=lambda item: len(item[1]))
             if self._pending and self._thread is None and not self._stop.is_set():
                 self.error = None
                 self._thread = threading.Thread(target=self._run, name="orchestrator-embed-warm", daemon=True)
@@ -90,32 +99,49 @@ class Warmer:
         try:
             while True:
                 with store.lock:
-                    rows = store.rows()
-                    for key in [key for key in self._pending if key in rows]:
-                        del self._pending[key]
-                    if not self._pending or self._stop.is_set():
-                        self._finish()
-                        return
-                    chunk = sorted(self._pending.items(), key=lambda item: len(item[1]))[:WARM_CHUNK]
-                vectors = self._embed([text for _key, text in chunk])
+                    chunk = self._take()
+                    if not chunk or self._stop.is_set():
+                        self._end()
+                        break
+                _, found = store.read([key for key, _text in chunk])  # written by another process meanwhile
+                todo = np.setdiff1d(np.arange(len(chunk)), found).tolist()
+                vectors = self._embed([chunk[i][1] for i in todo]) if todo else None
                 with store.lock:
                     for key, _text in chunk:
                         self._pending.pop(key, None)
-                    save = time.monotonic() - saved >= WARM_SAVE_INTERVAL_S
-                    store.add({key: vector for (key, _text), vector in zip(chunk, vectors, strict=True)}, save=save)
-                    if save:
-                        saved = time.monotonic()
+                    if vectors is None:  # all written by another process: news for searches all the same
+                        store.generation += 1
+                        store.changed.notify_all()
+                    else:
+                        store.add({chunk[i][0]: vector for i, vector in zip(todo, vectors, strict=True)})
+                if time.monotonic() - saved >= WARM_SAVE_INTERVAL_S:
+                    store.flush()
+                    saved = time.monotonic()
         except Exception as exc:  # boundary: a failed background run must end as a reported fallback
             error = exc if isinstance(exc, SemanticUnavailable) else SemanticUnavailable("embed_failed", one_line(exc))
             log.warning("background embedding of %d tool texts failed: %s", len(self._pending), error.reason)
             with store.lock:
                 self.error = error
                 self._pending.clear()
-                self._finish()
+                self._queue.clear()
+                self._end()
+        store.flush()  # what the run embedded, once it no longer counts as running (`wait` flushes too)
 
-    def _finish(self) -> None:
-        """End of the thread (hold the store's lock): save what is unsaved and wake waiters."""
-        if self._store.dirty:
-            self._store.write()
+    def _end(self) -> None:
+        """The run is over (hold the store's lock): no longer `running`, and waiters woken."""
         self._thread = None
         self._store.changed.notify_all()
+
+    def _take(self) -> list[tuple[bytes, str]]:
+        """The next step's texts, taken off the queue: the shortest first, then a run from a random place.
+        Hold the store's lock."""
+        queue = self._queue
+        while queue:
+            first = self._steps == 0 or len(queue) <= WARM_CHUNK
+            start = 0 if first else random.randrange(len(queue) - WARM_CHUNK + 1)
+            self._steps += 1
+            chunk = [item for item in queue[start : start + WARM_CHUNK] if item[0] in self._pending]
+            del queue[start : start + WARM_CHUNK]
+            if chunk:
+                return chunk
+        return []
