@@ -38,7 +38,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 
 from .._accounting import SessionRecorder
 from .._config import Settings
-from .._errors import OrchestratorError
+from .._errors import OrchestratorError, SemanticUnavailable
 from .._events import Caller, CallEvent, EventListener, MetaEvent
 from .._history import TaskHistory
 from .._meta_tools import MetaTools
@@ -46,9 +46,12 @@ from .._planning import SpawnPlanner
 from .._spawnlog import SpawnLog
 from .._store import MemoryStore, Store
 from .._telemetry import Telemetry
+from .._traces import TraceRecorder, TraceStore
 from .._version import __version__
 from ..protocols.mcp._catalog import ToolCatalog
 from ..search._embedding import EmbeddingRuntime
+from ..search._embedding.vectors import ToolVectors
+from ..search._evidence import TraceEvidence, trace_vectors
 from .app import serve
 from .auth import Credentials, SpawnClaims
 from .handlers import GatewayHandlers
@@ -99,6 +102,9 @@ class Gateway:
             `gateway.token` a new secret, with no `gateway.signing_key` a key of this process only).
         store: the open spawns, revocations and per-spawn counts that replicas share (default: in
             memory, one process; `open_store(settings)` for files or Redis).
+        traces: where search traces are recorded and read (default: in `store`; none when
+            `mcp.tool_search.traces.enabled` is false): every spawn's searches and successful calls
+            become evidence in every profile's ranking.
 
     Raises:
         ConfigError: `agent` names no profile.
@@ -116,6 +122,7 @@ class Gateway:
         spawn_log: SpawnLog | None = None,
         credentials: Credentials | None = None,
         store: Store | None = None,
+        traces: TraceStore | None = None,
     ) -> None:
         settings.agent(agent)  # unknown profile -> ConfigError now, not at the first request
         self.settings = settings
@@ -128,6 +135,12 @@ class Gateway:
         self._owned_embeddings = EmbeddingRuntime.from_settings(settings) if embeddings is None else None
         self.embeddings = embeddings if embeddings is not None else self._owned_embeddings
         self.planner = SpawnPlanner(settings, telemetry=self.telemetry)
+        learning = settings.mcp.tool_search.traces
+        self.traces = (traces or TraceStore(self.store, learning)) if learning.enabled else None
+        self.recorder = TraceRecorder(self.traces) if self.traces is not None else None
+        self.evidence = (
+            TraceEvidence(self.traces.load, learning, vectors=self._trace_vectors) if self.traces is not None else None
+        )
         self.sessions = SessionAccounting(
             self.planner,
             self.telemetry,
@@ -231,6 +244,28 @@ class Gateway:
         for server, (tools, tokens) in sorted(sizes.items()):
             self.telemetry.record_catalog(server, tools, tokens)
 
+    def _trace_vectors(self) -> ToolVectors:
+        """Earlier requests' sentence vectors, for vector evidence (hybrid profiles only)."""
+        if self.embeddings is None:
+            raise SemanticUnavailable("disabled", "the gateway has no embedding runtime")
+        return trace_vectors(self.embeddings)
+
+    def forget_departed_tools(self) -> int:
+        """Drop the traces of tools that left the catalog: gone from a server that is still listed, or of a
+        server no longer configured (a configured server that is down keeps them, until retention). Also
+        applies retention and `max_total`. Returns how many traces were dropped; reads and writes the store."""
+        if self.traces is None:
+            return 0
+        catalog = self.catalog()
+        pairs = {(server, entry.tool) for entry in catalog for server in entry.servers}
+        listed = set(catalog.servers())
+        configured = set(self.settings.mcp.servers)
+
+        def keep(server: str, tool: str) -> bool:
+            return (server, tool) in pairs or (server not in listed and server in configured)
+
+        return self.traces.prune(keep)
+
     def _view(self, agent: str) -> AgentView:
         with self._lock:
             view = self._views.get(agent)
@@ -242,6 +277,7 @@ class Gateway:
                     self.planner,
                     embeddings=self.embeddings,
                     telemetry=self.telemetry,
+                    evidence=self.evidence,
                 )
             return view
 
@@ -251,6 +287,8 @@ class Gateway:
         """An endpoint's context: its view, and meta-tools whose events a spawn's history and counts hear."""
         view = self._view(agent)
         listeners: list[EventListener] = []
+        if self.recorder is not None:
+            listeners.append(self.recorder.listener(view.own_name))
         if spawn_id is not None:
             listeners.append(_history_listener(self.history, task_id))
             if expires is not None:
@@ -326,6 +364,7 @@ class Gateway:
         loads the model (about 0.5 s): run it off the event loop.
         """
         warmed = 0
+        self._forget_quietly()
         with self._lock:
             views = list(self._views.values())
         for view in views:
@@ -334,6 +373,15 @@ class Gateway:
             view.engine.warm(timeout=timeout)
             warmed += 1
         return warmed
+
+    def _forget_quietly(self) -> None:
+        """Prune the traces and read them again, so the first searches already use what was learned."""
+        try:
+            self.forget_departed_tools()
+        except Exception:  # boundary: pruning traces is housekeeping; a store that fails must not stop warming
+            log.warning("pruning search traces failed", exc_info=True)
+        if self.evidence is not None:
+            self.evidence.refresh()
 
     async def _warm_search(self) -> None:
         """`warm_search` in a worker thread (the pool's, or anyio's default with `workers: 0`: loading the

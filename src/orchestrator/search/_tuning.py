@@ -11,6 +11,7 @@ scripts named beside it; the figures are in `benchmarks/RESULTS.md`.
                                             HYBRID_WEIGHT, SEMANTIC_FLOOR
     preferences on top of the blend         NAMED_SERVER_BONUS                   benchmarks/retrieval.py --hybrid
     long requests (pasted tasks)            STEP_STRENGTH_POWER, LONG_BLEND_SHARE benchmarks/retrieval.py --long
+    learned evidence (traces, _evidence.py) EVIDENCE_*                           benchmarks/retrieval.py --traces
 
 `HYBRID_WEIGHT` and `SEMANTIC_FLOOR` are the defaults of the `mcp.tool_search.hybrid_weight` and
 `semantic_floor` settings; the others are fixed (the multilingual share is baked into cached vectors).
@@ -22,6 +23,11 @@ __all__ = [
     "BLEND_BM25_K1",
     "BM25_B",
     "BM25_K1",
+    "EVIDENCE_HYBRID_LEXICAL_WEIGHT",
+    "EVIDENCE_LEXICAL_FLOOR",
+    "EVIDENCE_LEXICAL_WEIGHT",
+    "EVIDENCE_VECTOR_FLOOR",
+    "EVIDENCE_VECTOR_WEIGHT",
     "HYBRID_WEIGHT",
     "LONG_BLEND_SHARE",
     "MULTILINGUAL_SHARE",
@@ -69,3 +75,14 @@ LONG_BLEND_SHARE = 0.25
 """What the hybrid blend counts for in a long request's ranking (the rest is its step-by-step lexical score,
 normalised by its best): the models see only a few steps, and filler sentences score moderate cosines
 with many tools."""
+EVIDENCE_LEXICAL_FLOOR = 0.2
+"""Request similarity (binary tf-idf cosine) an earlier request must pass to be evidence for the tools it led
+to; evidence grows linearly from here to 1 (the same words)."""
+EVIDENCE_LEXICAL_WEIGHT = 1.0
+"""Lexical ranking: full evidence adds this share of the query's best BM25 score."""
+EVIDENCE_HYBRID_LEXICAL_WEIGHT = 1.0
+"""Hybrid ranking (scores near 0..1): what full lexical evidence adds."""
+EVIDENCE_VECTOR_FLOOR = 0.6
+"""Sentence cosine an earlier request's part about a tool must pass to be evidence for it."""
+EVIDENCE_VECTOR_WEIGHT = 0.6
+"""Hybrid ranking: what full vector evidence adds."""

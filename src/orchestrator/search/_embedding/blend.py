@@ -89,6 +89,14 @@ class HybridBlend:
             SemanticUnavailable: the model cannot load, the catalog is still being embedded (`warming`),
                 or the query embedding failed or exceeded `embedding_timeout_ms` (`slow_query`).
         """
+        scores, admitted_ids, _query_vectors = self.blend_keeping(query, lexical, candidates)
+        return scores, admitted_ids
+
+    def blend_keeping(
+        self, query: str, lexical: np.ndarray, candidates: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, NDArray[np.float32]]:
+        """`blend`, also returning the query's sentence vectors (learned evidence compares them with earlier
+        requests, `_evidence.py`). Raises as `blend`."""
         try:
             vectors = self.runtime.vectors()
             matrix = self._matrix(vectors, lexical.shape[0])
@@ -100,7 +108,7 @@ class HybridBlend:
         scores = blend(lexical, cosines, self.weight).astype(np.float64)
         matched = np.zeros(lexical.shape[0], dtype=bool)
         matched[candidates] = True
-        return scores, np.flatnonzero(admitted(matched, cosines, self.floor))
+        return scores, np.flatnonzero(admitted(matched, cosines, self.floor)), query_vectors
 
     def wait_until_ready(self, timeout: float | None = None) -> bool:
         """Embed the prepared catalog's uncached texts now (in the background thread) and wait for them.
