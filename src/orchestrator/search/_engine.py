@@ -341,9 +341,10 @@ class ToolSearchEngine:
         keeping = getattr(self._blend, "blend_keeping", None) if learned is not None else None
         try:
             if keeping is not None:
-                blended, admitted, query_vectors = keeping(focus, scores, candidates)
+                parts = keeping(focus, scores, candidates)
+                blended, admitted = parts.scores, parts.admitted
             else:
-                (blended, admitted), query_vectors = self._blend.blend(focus, scores, candidates), None
+                (blended, admitted), parts = self._blend.blend(focus, scores, candidates), None
         except SemanticUnavailable as exc:  # logged once by the scorer; counted here on every search
             kind = exc.kind if exc.kind in FALLBACK_KINDS else "blend_failed"
             return *self._lexical(state, query, learned), "lexical", kind
@@ -353,7 +354,8 @@ class ToolSearchEngine:
                 log.warning("hybrid ranking failed; answering with lexical ranking", exc_info=True)
             return *self._lexical(state, query, learned), "lexical", "blend_failed"
         if learned is not None:
-            blended, admitted = learned.hybrid(terms, query_vectors, blended, admitted)
+            reblend = getattr(self._blend, "reblend", None) if parts is not None else None
+            blended, admitted = learned.hybrid(terms, parts, reblend, scores, candidates, blended, admitted)
         if focus is not query:
             # A long request: the model saw only its best steps, so its opinion counts less here.
             top = float(scores[candidates].max()) if candidates.size else 0.0

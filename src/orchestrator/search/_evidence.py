@@ -1,22 +1,27 @@
-"""Learned evidence: earlier requests that led to a successful call of a tool, a third ranking opinion.
+"""Learned evidence: earlier requests that led to a successful call of a tool, added to its ranking.
 
-    TraceEvidence(load, settings)   what the engine asks (`current(catalog, index)`): the traces every
-                                    replica recorded (`orchestrator._traces`), re-read every `refresh_s`
-    LearnedEvidence                 one catalog version's evidence: `lexical(...)` and `hybrid(...)` add
-                                    it to the scores of the engine's one ranking place (`_scores`)
+    TraceEvidence(load, settings)   what the engine asks (`current(catalog, index, vectors=...)`): the
+                                    traces every replica recorded (`orchestrator._traces`), re-read every
+                                    `refresh_s`, built into evidence once per catalog version
+    LearnedEvidence                 one catalog version's evidence: `lexical(...)` and `hybrid(...)` add it
+                                    in the engine's one ranking place (`ToolSearchEngine._scores`)
 
-A request close to an earlier one that led to a tool is evidence for that tool. Closeness is measured two
-ways and each must pass a floor, so only near-repeats count and a tool's own text is never drowned:
+What counts, for a tool that `min_spawns` distinct spawns called (each spawn once, its latest request):
 
-    lexical   the cosine of the two requests' binary tf-idf vectors (stems, idf of the catalog's index)
-    vectors   (hybrid) the best cosine of the request's sentences with the earlier request's sentences
-              that match the tool best (the part of a multi-part task that was about this tool)
+    near repeats (lexical and hybrid)  an earlier request whose binary tf-idf cosine with the query passes
+                                       EVIDENCE_LEXICAL_FLOOR adds, scaled from the floor up, to the tools
+                                       it led to
+    the tool as users ask for it       (hybrid) the tool's vector plus EVIDENCE_CENTROID_WEIGHT times the
+                                       mean vector of its earlier requests less the mean of all requests,
+                                       renormalised, replaces its own vector in the blend's cosine
+    neighbours that agree              (hybrid) the EVIDENCE_NEIGHBOURS earlier requests nearest the query
+                                       vote for their tools, weighted by cosine; a tool's share of the vote
+                                       counts past EVIDENCE_VOTE_FLOOR
 
-A tool's evidence is its best earlier request's `weight * (similarity - floor) / (1 - floor)`, `weight`
-halving every `half_life_days`. Guard rails: only successful calls are traces; each spawn gives a tool one
-trace (its latest); a tool has evidence only once `min_spawns` distinct spawns called it, so one spawn,
-however many traces it makes, changes nothing any other spawn sees; tools that left the catalog have none.
-With no evidence for any tool the engine never calls in here and ranks exactly as without traces.
+Each earlier request weighs `0.5 ** (age / half_life_days)`. The floors keep a tool's own text in charge:
+only close requests count, a multi-part task that scatters its votes over several tools moves little, and
+a tool nobody asked for loses nothing. With no evidence for any tool the engine never calls in here and
+ranks exactly as without traces.
 """
 
 from __future__ import annotations
@@ -35,11 +40,13 @@ from .._config import TraceSettings
 from .._errors import SemanticUnavailable
 from ._lexical import FORM_PREFIX
 from ._tuning import (
+    EVIDENCE_CENTROID_WEIGHT,
     EVIDENCE_HYBRID_LEXICAL_WEIGHT,
     EVIDENCE_LEXICAL_FLOOR,
     EVIDENCE_LEXICAL_WEIGHT,
-    EVIDENCE_VECTOR_FLOOR,
-    EVIDENCE_VECTOR_WEIGHT,
+    EVIDENCE_NEIGHBOURS,
+    EVIDENCE_VOTE_FLOOR,
+    EVIDENCE_VOTE_WEIGHT,
 )
 
 if TYPE_CHECKING:
@@ -48,6 +55,7 @@ if TYPE_CHECKING:
     from .._traces import Trace
     from ..protocols.mcp._catalog import ToolCatalog
     from ._embedding import EmbeddingRuntime
+    from ._embedding.blend import BlendParts
     from ._embedding.vectors import ToolVectors
 
 __all__ = ["TRACE_VECTORS", "EvidenceSource", "LearnedEvidence", "TraceEvidence", "trace_vectors"]
@@ -61,13 +69,19 @@ TRACE_VECTORS = "traces"
 BUILT_KEPT = 8
 """Evidence builds kept (catalog version x with or without vectors): a gateway serves a handful of profiles."""
 
+Owners = list[list[tuple[int, float]]]
+Reblend = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+"""The hybrid blend's rules over given cosines: (lexical, cosines, candidates) -> (scores, admitted)
+(`HybridBlend.reblend`)."""
+"""Per earlier request, the (document, weight) of each tool it led to."""
+
 
 class _Words(Protocol):
     def terms(self, text: str) -> list[str]: ...
 
 
 class _Index(Protocol):
-    """What evidence reads of the engine's lexical index (`LexicalIndex`): its analysis, idf and scores."""
+    """What evidence reads of the engine's lexical index (`LexicalIndex`): its analysis and idf."""
 
     @property
     def analyzer(self) -> _Words: ...
@@ -75,9 +89,13 @@ class _Index(Protocol):
     @property
     def bm25(self) -> Any: ...
 
-    def query_terms(self, query: str) -> list[str]: ...
 
-    def scores(self, terms: Sequence[str]) -> tuple[NDArray[np.float64], NDArray[np.intp]]: ...
+class _Reblend(Protocol):
+    """The hybrid blend's rules over given cosines (`HybridBlend.reblend`)."""
+
+    def reblend(
+        self, lexical: np.ndarray, cosines: np.ndarray, candidates: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 class EvidenceSource(Protocol):
@@ -90,11 +108,19 @@ class EvidenceSource(Protocol):
 
 
 @dataclass(frozen=True)
-class _Requests:
-    """Earlier requests as unit tf-idf vectors in postings: term -> (request ids, weights)."""
+class _Vectors:
+    """Vector evidence: earlier requests' sentence rows and each tool's mean request vector."""
 
-    postings: dict[str, tuple[NDArray[np.intp], NDArray[np.float64]]]
-    size: int
+    rows: NDArray[np.float32]
+    starts: NDArray[np.intp]
+    """First row of each request (requests' rows are contiguous)."""
+    owners: Owners
+    """Per request (in `starts` order), its tools and weights."""
+    docs: NDArray[np.intp]
+    """Documents with a mean request vector."""
+    means: NDArray[np.float32]
+    """Weighted mean request vector of each of `docs`, less the mean of every request: what sets the requests
+    that led to this tool apart (requests share phrasing, "can you help me...", that says nothing of a tool)."""
 
 
 class LearnedEvidence:
@@ -102,30 +128,26 @@ class LearnedEvidence:
 
     Args:
         size: documents in the catalog.
-        idf: term -> idf of the catalog's index (the weight of a word in request similarity).
-        requests: per earlier request (distinct text) its (document, weight) pairs.
-        texts: the text of each request (same order).
-        sentences: optional vector evidence: (unit vectors, per row its (document, weight) pairs).
+        idf: term -> idf of the catalog's index (a word's weight in request similarity).
+        owners: per earlier request (distinct text), the tools it led to and their weights.
+        terms: each request's index terms.
+        vectors: vector evidence (hybrid), or None.
     """
 
     def __init__(
-        self,
-        size: int,
-        idf: dict[str, float],
-        requests: list[list[tuple[int, float]]],
-        terms: list[set[str]],
-        sentences: tuple[NDArray[np.float32], list[list[tuple[int, float]]]] | None = None,
+        self, size: int, idf: dict[str, float], owners: Owners, terms: list[set[str]], vectors: _Vectors | None = None
     ) -> None:
         self.size = size
         self._idf = idf
         self._top_idf = max(idf.values(), default=1.0)
-        self._requests = requests
-        self._lexical = self._index(terms)
-        self._sentences = sentences
+        self._owners = owners
+        self._postings = self._index(terms)
+        self._vectors = vectors
+        self._enriched: tuple[int, NDArray[np.float32]] | None = None
 
     @property
     def has_vectors(self) -> bool:
-        return self._sentences is not None and self._sentences[0].shape[0] > 0
+        return self._vectors is not None
 
     def _weights(self, terms: set[str]) -> dict[str, float]:
         """A unit tf-idf vector of a term set (binary term frequencies; stems only)."""
@@ -133,59 +155,79 @@ class LearnedEvidence:
         norm = math.sqrt(sum(value * value for value in weights.values()))
         return {term: value / norm for term, value in weights.items()} if norm > 0 else {}
 
-    def _index(self, terms: list[set[str]]) -> _Requests:
+    def _index(self, terms: list[set[str]]) -> dict[str, tuple[NDArray[np.intp], NDArray[np.float64]]]:
         lists: dict[str, tuple[list[int], list[float]]] = {}
         for request, words in enumerate(terms):
             for term, weight in self._weights(words).items():
                 ids, values = lists.setdefault(term, ([], []))
                 ids.append(request)
                 values.append(weight)
-        postings = {
-            term: (np.asarray(ids, dtype=np.intp), np.asarray(values, dtype=np.float64))
-            for term, (ids, values) in lists.items()
+        return {
+            term: (np.asarray(ids, np.intp), np.asarray(values, np.float64)) for term, (ids, values) in lists.items()
         }
-        return _Requests(postings, len(terms))
 
-    def lexical_strength(self, terms: Sequence[str]) -> NDArray[np.float64]:
+    # ------------------------------------------------------------------ the three kinds
+
+    def near_repeats(self, terms: Sequence[str]) -> NDArray[np.float64]:
         """Per document, its best earlier request's weight x how far that request's similarity to these
-        query terms passes EVIDENCE_LEXICAL_FLOOR (0 for most documents)."""
+        query terms passes EVIDENCE_LEXICAL_FLOOR, scaled to 0..1 (0 for most documents)."""
         strength = np.zeros(self.size, dtype=np.float64)
         query = self._weights(set(terms))
-        found = [(self._lexical.postings[t], w) for t, w in query.items() if t in self._lexical.postings]
+        found = [(self._postings[term], weight) for term, weight in query.items() if term in self._postings]
         if not found:
             return strength
         ids = np.concatenate([posting[0] for posting, _ in found])
         values = np.concatenate([posting[1] * weight for posting, weight in found])
-        similarity = np.bincount(ids, weights=values, minlength=self._lexical.size)
-        self._spread(similarity, EVIDENCE_LEXICAL_FLOOR, self._requests, strength)
+        similarity = np.bincount(ids, weights=values, minlength=len(self._owners))
+        for request in np.flatnonzero(similarity > EVIDENCE_LEXICAL_FLOOR).tolist():
+            gate = (float(similarity[request]) - EVIDENCE_LEXICAL_FLOOR) / (1.0 - EVIDENCE_LEXICAL_FLOOR)
+            for doc, weight in self._owners[request]:
+                strength[doc] = max(strength[doc], min(gate, 1.0) * weight)
         return strength
 
-    def vector_strength(self, query_vectors: NDArray[np.float32]) -> NDArray[np.float64]:
-        """Per document, its best earlier sentence's weight x how far that sentence's cosine with the
-        query's sentences passes EVIDENCE_VECTOR_FLOOR."""
+    def enriched_cosines(self, parts: BlendParts) -> NDArray[np.float32]:
+        """The blend's cosines with each evidenced tool's vector moved towards its users' requests."""
+        vectors = self._vectors
+        cosines = parts.cosines
+        if vectors is None or not vectors.docs.size:
+            return cosines
+        cached = self._enriched
+        if cached is None or cached[0] != parts.matrix.shape[0]:
+            moved = parts.matrix[vectors.docs] + EVIDENCE_CENTROID_WEIGHT * vectors.means
+            moved /= np.maximum(np.linalg.norm(moved, axis=1, keepdims=True), 1e-12)
+            cached = self._enriched = (parts.matrix.shape[0], moved.astype(np.float32))
+        enriched = np.array(cosines, dtype=np.float32, copy=True)
+        enriched[vectors.docs] = (cached[1] @ np.atleast_2d(parts.query_vectors).T).max(axis=1)
+        return enriched
+
+    def votes(self, query_vectors: NDArray[np.float32]) -> NDArray[np.float64]:
+        """Per document, its share of the nearest earlier requests' cosine-weighted votes past
+        EVIDENCE_VOTE_FLOOR, scaled to 0..1."""
         strength = np.zeros(self.size, dtype=np.float64)
-        if self._sentences is None:
+        vectors = self._vectors
+        if vectors is None:
             return strength
-        matrix, owners = self._sentences
-        similarity = (matrix @ np.atleast_2d(query_vectors).T).max(axis=1)
-        self._spread(similarity, EVIDENCE_VECTOR_FLOOR, owners, strength)
-        return strength
+        rows = (vectors.rows @ np.atleast_2d(query_vectors).T).max(axis=1)
+        similarity = np.maximum.reduceat(rows, vectors.starts)
+        count = min(EVIDENCE_NEIGHBOURS, similarity.size)
+        nearest = np.argpartition(-similarity, count - 1)[:count]
+        weights = np.clip(similarity[nearest], 0.0, 1.0)
+        total = float(weights.sum())
+        if total <= 0:
+            return strength
+        for request, weight in zip(nearest.tolist(), weights.tolist(), strict=True):
+            for doc, decay in vectors.owners[request]:
+                strength[doc] += weight * decay / total
+        return np.clip((strength - EVIDENCE_VOTE_FLOOR) / (1.0 - EVIDENCE_VOTE_FLOOR), 0.0, 1.0)
 
-    @staticmethod
-    def _spread(
-        similarity: NDArray[Any], floor: float, owners: list[list[tuple[int, float]]], strength: NDArray[np.float64]
-    ) -> None:
-        for row in np.flatnonzero(similarity > floor).tolist():
-            gate = (float(similarity[row]) - floor) / (1.0 - floor)
-            for doc, weight in owners[row]:
-                strength[doc] = max(strength[doc], gate * weight)
+    # ------------------------------------------------------------------ what the engine calls
 
     def lexical(
         self, terms: Sequence[str], scores: NDArray[np.float64], candidates: NDArray[np.intp]
     ) -> tuple[NDArray[np.float64], NDArray[np.intp]]:
-        """Lexical ranking's scores with the evidence added (EVIDENCE_LEXICAL_WEIGHT of the query's best
+        """Lexical ranking's scores with near repeats added (EVIDENCE_LEXICAL_WEIGHT of the query's best
         BM25 score at full strength); tools with evidence become candidates."""
-        strength = self.lexical_strength(terms)
+        strength = self.near_repeats(terms)
         if not strength.any():
             return scores, candidates
         top = float(scores[candidates].max()) if candidates.size else 0.0
@@ -195,14 +237,19 @@ class LearnedEvidence:
     def hybrid(
         self,
         terms: Sequence[str],
-        query_vectors: NDArray[np.float32] | None,
+        parts: BlendParts | None,
+        reblend: Reblend | None,
+        lexical: NDArray[np.float64],
+        candidates: NDArray[np.intp],
         blended: NDArray[Any],
         admitted: NDArray[np.intp],
     ) -> tuple[NDArray[Any], NDArray[np.intp]]:
-        """Hybrid scores (which top out near 1) with both kinds of evidence added."""
-        strength = EVIDENCE_HYBRID_LEXICAL_WEIGHT * self.lexical_strength(terms)
-        if query_vectors is not None and self.has_vectors:
-            strength = strength + EVIDENCE_VECTOR_WEIGHT * self.vector_strength(query_vectors)
+        """Hybrid scores (which top out near 1) with evidence: the blend redone over enriched cosines when
+        there are vectors (`parts` and `reblend` given), then near repeats and votes added."""
+        strength = EVIDENCE_HYBRID_LEXICAL_WEIGHT * self.near_repeats(terms)
+        if parts is not None and reblend is not None and self._vectors is not None:
+            blended, admitted = reblend(lexical, self.enriched_cosines(parts), candidates)
+            strength += EVIDENCE_VOTE_WEIGHT * self.votes(parts.query_vectors)
         if not strength.any():
             return blended, admitted
         return blended + strength, np.union1d(admitted, np.flatnonzero(strength > 0))
@@ -215,13 +262,13 @@ class TraceEvidence:
     Args:
         load: the live traces (`TraceStore.load`).
         settings: `mcp.tool_search.traces` (min_spawns, half-life, refresh).
-        vectors: where the earlier requests' sentence vectors are cached (`EmbeddingRuntime.vectors(folder)`),
-            a callable so the model loads only when hybrid ranking needs it; None: lexical evidence only.
+        vectors: where the earlier requests' sentence vectors are cached (`trace_vectors(runtime)`), a
+            callable so the model loads only when hybrid ranking needs it; None: lexical evidence only.
         clock: Unix time now.
 
     A stale source is re-read by the one search that notices (the others keep the evidence they have), so
-    a slow store delays one search per `refresh_s`, not every search. Sentences not embedded yet are
-    handed to the background embedding and join at a later refresh. Thread-safe.
+    a slow store delays one search per `refresh_s`, not every search. Request sentences not embedded yet
+    are handed to the background embedding and join at a later build. Thread-safe.
     """
 
     def __init__(
@@ -239,12 +286,12 @@ class TraceEvidence:
         self._traces: Sequence[Trace] | None = None
         self._loaded_at = -math.inf
         self._generation = 0
-        self._built: dict[tuple[str, bool], tuple[int, LearnedEvidence | None]] = {}
+        self._built: dict[tuple[str, bool], tuple[tuple[int, int], LearnedEvidence | None]] = {}
         self._refreshing = threading.Lock()
         self._lock = threading.Lock()
         self._warned = False
         self.pending_vectors = 0
-        """Request sentences waiting to be embedded at the last build (they join at a later refresh)."""
+        """Request sentences waiting to be embedded at the last build (they join a later build)."""
 
     def refresh(self) -> None:
         """Re-read the traces now."""
@@ -260,6 +307,25 @@ class TraceEvidence:
             self._loaded_at = self._clock()
             self._generation += 1
 
+    def warm(self, timeout: float | None = None) -> bool:
+        """Read the traces and embed every request's sentences now, waiting up to `timeout` seconds (None:
+        as long as it takes); True when every one is embedded (benchmarks, `eval --traces`, a warm-up)."""
+        self.refresh()
+        if self._vectors is None:
+            return True
+        from ._embedding.rules import query_sentences  # the embedding stack loads only for hybrid ranking
+
+        try:
+            vectors = self._vectors()
+            texts = list(dict.fromkeys(part for trace in self._traces or () for part in query_sentences(trace.query)))
+            keys = vectors.keys(texts)
+            missing = {key: text for key, text in zip(keys, texts, strict=True) if vectors.cached([key])[0] is None}
+            if missing:
+                vectors.warm(missing)
+            return vectors.wait(keys, timeout)
+        except SemanticUnavailable:
+            return False
+
     def current(self, catalog: ToolCatalog, index: _Index, *, vectors: bool) -> LearnedEvidence | None:
         if self._traces is None or self._clock() - self._loaded_at >= self.settings.refresh_s:
             if self._traces is None:
@@ -272,22 +338,32 @@ class TraceEvidence:
                 finally:
                     self._refreshing.release()
         with self._lock:
-            generation, traces = self._generation, self._traces or ()
+            traces = self._traces or ()
+            version = (self._generation, self._embedded_generation(vectors))
             built = self._built.get((catalog.version, vectors))
-        if built is not None and built[0] == generation:
+        if built is not None and built[0] == version:
             return built[1]
         evidence = self._build(catalog, index, traces, vectors=vectors)
         with self._lock:
             if len(self._built) >= BUILT_KEPT:
                 self._built.pop(next(iter(self._built)))
-            self._built[(catalog.version, vectors)] = (generation, evidence)
+            self._built[(catalog.version, vectors)] = (version, evidence)
         return evidence
+
+    def _embedded_generation(self, vectors: bool) -> int:
+        """Changes when request vectors were added (a build missing some is redone once they are there)."""
+        if not vectors or self._vectors is None or not self.pending_vectors:
+            return 0
+        try:
+            return self._vectors().generation
+        except SemanticUnavailable:
+            return 0
 
     def _build(
         self, catalog: ToolCatalog, index: _Index, traces: Sequence[Trace], *, vectors: bool
     ) -> LearnedEvidence | None:
-        """The evidence of `traces` for `catalog`: per document its traces (one per spawn, the latest),
-        documents with fewer than `min_spawns` spawns dropped."""
+        """The evidence of `traces` for `catalog`: per document its traces (one per spawn, the latest);
+        documents with fewer than `min_spawns` spawns get none."""
         docs = {(server, entry.tool): doc for doc, entry in enumerate(catalog.entries) for server in entry.servers}
         per_doc: dict[int, dict[str, Trace]] = {}
         for trace in traces:
@@ -302,60 +378,57 @@ class TraceEvidence:
         now = self._clock()
         half_life = self.settings.half_life_days * DAY_S
         texts: dict[str, int] = {}
-        requests: list[list[tuple[int, float]]] = []
+        owners: Owners = []
         for doc, spawns in kept.items():
             for trace in spawns.values():
-                weight = 0.5 ** (max(0.0, now - trace.at) / half_life)
                 request = texts.setdefault(trace.query, len(texts))
-                if request == len(requests):
-                    requests.append([])
-                requests[request].append((doc, weight))
+                if request == len(owners):
+                    owners.append([])
+                owners[request].append((doc, 0.5 ** (max(0.0, now - trace.at) / half_life)))
         ordered = list(texts)
         terms = [set(index.analyzer.terms(text)) for text in ordered]
-        sentences = self._sentences(ordered, requests, index) if vectors and self._vectors is not None else None
-        return LearnedEvidence(len(catalog), dict(index.bm25.idf), requests, terms, sentences)
+        found = self._request_vectors(ordered, owners) if vectors and self._vectors is not None else None
+        return LearnedEvidence(len(catalog), dict(index.bm25.idf), owners, terms, found)
 
-    def _sentences(
-        self, texts: list[str], requests: list[list[tuple[int, float]]], index: _Index
-    ) -> tuple[NDArray[np.float32], list[list[tuple[int, float]]]] | None:
-        """Vector evidence: for each (request, document), the request's sentences that match the document
-        best lexically, as cached unit vectors; sentences not cached yet are sent to be embedded."""
+    def _request_vectors(self, texts: list[str], owners: Owners) -> _Vectors | None:
+        """Vector evidence of the requests whose sentences are all embedded; the others' sentences are sent
+        to the background embedding (`pending_vectors` counts them)."""
         from ._embedding.rules import query_sentences  # the embedding stack loads only for hybrid ranking
 
         assert self._vectors is not None
         try:
-            vectors = self._vectors()
+            store = self._vectors()
         except SemanticUnavailable:
             return None
-        rows: dict[str, list[tuple[int, float]]] = {}
-        for text, owners in zip(texts, requests, strict=True):
-            parts = query_sentences(text)
-            per_part = [index.scores(index.query_terms(part))[0] for part in parts] if len(parts) > 1 else None
-            for doc, weight in owners:
-                if per_part is None:
-                    chosen = parts
-                else:
-                    best = max(float(scores[doc]) for scores in per_part)
-                    chosen = [part for part, scores in zip(parts, per_part, strict=True) if float(scores[doc]) >= best]
-                for part in chosen:
-                    rows.setdefault(part, []).append((doc, weight))
-        parts = list(rows)
-        keys = vectors.keys(parts)
-        found: list[int] = []
+        rows: list[NDArray[np.float32]] = []
+        kept: Owners = []
         missing: dict[bytes, str] = {}
-        for position, key in enumerate(keys):
-            if vectors.cached([key])[0] is not None:
-                found.append(position)
-            else:
-                missing[key] = parts[position]
+        for text, owned in zip(texts, owners, strict=True):
+            parts = query_sentences(text)
+            keys = store.keys(parts)
+            matrix, absent = store.cached(keys)
+            if matrix is None:
+                missing.update((keys[i], parts[i]) for i in absent)
+                continue
+            rows.append(matrix)
+            kept.append(owned)
         self.pending_vectors = len(missing)
         if missing:
-            vectors.warm(missing)
-        if not found:
+            store.warm(missing)
+        if not rows:
             return None
-        matrix, _ = vectors.cached([keys[position] for position in found])
-        assert matrix is not None
-        return matrix, [rows[parts[position]] for position in found]
+        starts = np.cumsum([0] + [len(block) for block in rows[:-1]]).astype(np.intp)
+        means = [block.mean(axis=0) for block in rows]
+        totals: dict[int, tuple[NDArray[np.float32], float]] = {}
+        for mean, owned in zip(means, kept, strict=True):
+            unit = mean / max(float(np.linalg.norm(mean)), 1e-12)
+            for doc, weight in owned:
+                acc, total = totals.get(doc, (np.zeros_like(unit), 0.0))
+                totals[doc] = (acc + weight * unit, total + weight)
+        docs = np.asarray(sorted(totals), dtype=np.intp)
+        overall = np.mean([mean / max(float(np.linalg.norm(mean)), 1e-12) for mean in means], axis=0)
+        centroid = np.stack([totals[doc][0] / totals[doc][1] - overall for doc in docs.tolist()]).astype(np.float32)
+        return _Vectors(np.concatenate(rows).astype(np.float32), starts, kept, docs, centroid)
 
 
 def trace_vectors(runtime: EmbeddingRuntime) -> ToolVectors:

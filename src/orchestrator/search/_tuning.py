@@ -23,11 +23,13 @@ __all__ = [
     "BLEND_BM25_K1",
     "BM25_B",
     "BM25_K1",
+    "EVIDENCE_CENTROID_WEIGHT",
     "EVIDENCE_HYBRID_LEXICAL_WEIGHT",
     "EVIDENCE_LEXICAL_FLOOR",
     "EVIDENCE_LEXICAL_WEIGHT",
-    "EVIDENCE_VECTOR_FLOOR",
-    "EVIDENCE_VECTOR_WEIGHT",
+    "EVIDENCE_NEIGHBOURS",
+    "EVIDENCE_VOTE_FLOOR",
+    "EVIDENCE_VOTE_WEIGHT",
     "HYBRID_WEIGHT",
     "LONG_BLEND_SHARE",
     "MULTILINGUAL_SHARE",
@@ -76,13 +78,21 @@ LONG_BLEND_SHARE = 0.25
 normalised by its best): the models see only a few steps, and filler sentences score moderate cosines
 with many tools."""
 EVIDENCE_LEXICAL_FLOOR = 0.2
-"""Request similarity (binary tf-idf cosine) an earlier request must pass to be evidence for the tools it led
-to; evidence grows linearly from here to 1 (the same words)."""
+"""Request similarity (the binary tf-idf cosine of two requests' stems) an earlier request must pass to be
+evidence for the tools it led to; its evidence grows linearly from here to 1 (the same words)."""
 EVIDENCE_LEXICAL_WEIGHT = 1.0
-"""Lexical ranking: full evidence adds this share of the query's best BM25 score."""
+"""Lexical ranking: full lexical evidence adds this share of the query's best BM25 score."""
 EVIDENCE_HYBRID_LEXICAL_WEIGHT = 1.0
 """Hybrid ranking (scores near 0..1): what full lexical evidence adds."""
-EVIDENCE_VECTOR_FLOOR = 0.6
-"""Sentence cosine an earlier request's part about a tool must pass to be evidence for it."""
-EVIDENCE_VECTOR_WEIGHT = 0.6
-"""Hybrid ranking: what full vector evidence adds."""
+EVIDENCE_CENTROID_WEIGHT = 1.5
+"""Hybrid ranking: a tool with evidence is compared with the query as its own vector plus this times the
+mean vector of the earlier requests that led to it, less the mean of all earlier requests (renormalised):
+the tool as its users ask for it. Without the centring, StableToolBench's templated tasks ("I'm planning a
+trip... can you help me") pulled every tool with evidence towards every request."""
+EVIDENCE_NEIGHBOURS = 20
+"""Hybrid ranking: the earlier requests nearest to the query (by sentence cosine) that vote for their tools."""
+EVIDENCE_VOTE_FLOOR = 0.2
+"""Share of the neighbours' votes (each weighted by its cosine) a tool must pass before the vote counts:
+neighbours that agree say more than one that happens to be near (multi-part tasks scatter their votes)."""
+EVIDENCE_VOTE_WEIGHT = 1.6
+"""Hybrid ranking: what a unanimous vote adds (scaled from the floor up)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ...protocols.mcp._catalog import ToolCatalog
     from .vectors import ToolVectors
 
-__all__ = ["EMBED_MS_PER_TEXT", "EMBED_MS_PER_TOKEN", "SYNC_EMBED_TEXTS", "HybridBlend"]
+__all__ = ["EMBED_MS_PER_TEXT", "EMBED_MS_PER_TOKEN", "SYNC_EMBED_TEXTS", "BlendParts", "HybridBlend"]
 
 SYNC_EMBED_TEXTS = 32
 """At most this many uncached tool texts may be embedded inside a search (then also the token budget
@@ -28,6 +28,19 @@ took ~19 s)."""
 EMBED_MS_PER_TEXT = 2.0
 """USE multilingual v3's time per tool text on one core here (1.5-1.8 ms measured). Uncached texts are
 embedded inside a search only when tokens x EMBED_MS_PER_TOKEN + texts x this fits `embedding_timeout_ms`."""
+
+
+class BlendParts(NamedTuple):
+    """One hybrid search's blend and what it was made from."""
+
+    scores: np.ndarray
+    admitted: np.ndarray
+    query_vectors: NDArray[np.float32]
+    """One unit row per sentence of the query."""
+    cosines: NDArray[np.float32]
+    """Each tool's best cosine with the query's sentences."""
+    matrix: NDArray[np.float32]
+    """The tool vectors, one row per document."""
 
 
 class Runtime(Protocol):
@@ -89,14 +102,12 @@ class HybridBlend:
             SemanticUnavailable: the model cannot load, the catalog is still being embedded (`warming`),
                 or the query embedding failed or exceeded `embedding_timeout_ms` (`slow_query`).
         """
-        scores, admitted_ids, _query_vectors = self.blend_keeping(query, lexical, candidates)
-        return scores, admitted_ids
+        parts = self.blend_keeping(query, lexical, candidates)
+        return parts.scores, parts.admitted
 
-    def blend_keeping(
-        self, query: str, lexical: np.ndarray, candidates: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, NDArray[np.float32]]:
-        """`blend`, also returning the query's sentence vectors (learned evidence compares them with earlier
-        requests, `_evidence.py`). Raises as `blend`."""
+    def blend_keeping(self, query: str, lexical: np.ndarray, candidates: np.ndarray) -> BlendParts:
+        """`blend`, keeping what learned evidence needs (`_evidence.py`): the query's sentence vectors, the
+        cosines and the tool vectors they came from. Raises as `blend`."""
         try:
             vectors = self.runtime.vectors()
             matrix = self._matrix(vectors, lexical.shape[0])
@@ -105,10 +116,17 @@ class HybridBlend:
             self.runtime.note(exc)
             raise
         cosines = vectors.model.similarities(query_vectors, matrix)
+        scores, admitted_ids = self.reblend(lexical, cosines, candidates)
+        return BlendParts(scores, admitted_ids, query_vectors, cosines, matrix)
+
+    def reblend(
+        self, lexical: np.ndarray, cosines: np.ndarray, candidates: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Blended scores and admitted ids from given cosines (the blend's rules, no model run)."""
         scores = blend(lexical, cosines, self.weight).astype(np.float64)
         matched = np.zeros(lexical.shape[0], dtype=bool)
         matched[candidates] = True
-        return scores, np.flatnonzero(admitted(matched, cosines, self.floor)), query_vectors
+        return scores, np.flatnonzero(admitted(matched, cosines, self.floor))
 
     def wait_until_ready(self, timeout: float | None = None) -> bool:
         """Embed the prepared catalog's uncached texts now (in the background thread) and wait for them.
