@@ -2,9 +2,10 @@
 
 A request is *past* when the SHA-1 of its `id` (UTF-8, hex, read as an integer) is even, *future* otherwise;
 future requests whose text equals a past one are dropped. Each past request becomes one trace (its own
-spawn, `ok: true`) for each of its gold tools. The future half is ranked without and with those traces,
-lexical and hybrid, in one run; a last check ranks it with 1,000 traces of a single spawn, which must
-change nothing.
+spawn, `ok: true`) for each of its gold tools, stored as a gateway stores them (`TraceStore` with the
+default settings: redacted, at most `max_per_tool` per tool). The future half is ranked without and with
+those traces, lexical and hybrid, in one run; a last check ranks it with 1,000 traces of a single spawn,
+which must change nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from orchestrator import (
     Trace,
     TraceEvidence,
     TraceSettings,
+    TraceStore,
 )
+from orchestrator._store import MemoryStore
 from orchestrator.search._evaluation import MRR_DEPTH, EvalQuery, evaluate_rankings
 from orchestrator.search._evidence import trace_vectors
 
@@ -54,6 +57,13 @@ def split(queries: Sequence[EvalQuery]) -> tuple[list[EvalQuery], list[EvalQuery
 def past_traces(past: Sequence[EvalQuery]) -> list[Trace]:
     """One trace per past request and gold tool, each request its own spawn."""
     return [Trace(query.query, server, tool, query.id, NOW) for query in past for server, tool in query.gold]
+
+
+def stored(traces: Sequence[Trace], settings: TraceSettings) -> list[Trace]:
+    """The traces as a gateway's store keeps them (redacted, bounded)."""
+    store = TraceStore(MemoryStore(), settings, clock=lambda: NOW)
+    store.record(traces)
+    return store.load()
 
 
 def one_spawn_traces(past: Sequence[EvalQuery]) -> list[Trace]:
@@ -122,12 +132,14 @@ def measure(
     traces = past_traces(past)
     settings = ToolSearchSettings(embedding_timeout_ms=EMBEDDING_TIMEOUT_MS)
     learning = TraceSettings(refresh_s=1e9)
-    outcome = Outcome(name, len(past), len(future), len(traces), {}, {}, {})
+    kept = stored(traces, learning)
+    outcome = Outcome(name, len(past), len(future), len(kept), {}, {}, {})
     for ranking in ("lexical", "hybrid") if runtime is not None else ("lexical",):
         vectors = (lambda: trace_vectors(runtime)) if ranking == "hybrid" and runtime is not None else None
         figures: dict[str, dict[str | None, Cell]] = {}
         baseline: Rankings = []
-        for label, source in (("without", None), ("with", traces), ("one spawn", one_spawn_traces(past))):
+        flood = stored(one_spawn_traces(past), learning)
+        for label, source in (("without", None), ("with", kept), ("one spawn", flood)):
             evidence = None
             if source is not None:
                 evidence = TraceEvidence(lambda source=source: source, learning, vectors=vectors, clock=lambda: NOW)

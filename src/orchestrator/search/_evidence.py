@@ -66,6 +66,8 @@ DAY_S = 86_400.0
 TRACE_VECTORS = "traces"
 """Sub-folder of the vector cache holding earlier requests' sentence vectors, apart from the tool vectors
 (whose cache keeps the current catalog's first)."""
+IDF_FLOOR = 0.1
+"""Least weight of a word in request similarity (BM25Okapi gives words in most tools of a small catalog 0)."""
 BUILT_KEPT = 8
 """Evidence builds kept (catalog version x with or without vectors): a gateway serves a handful of profiles."""
 
@@ -139,7 +141,9 @@ class LearnedEvidence:
     ) -> None:
         self.size = size
         self._idf = idf
-        self._top_idf = max(idf.values(), default=1.0)
+        # BM25Okapi's idf is 0 or its epsilon floor for most words of a tiny catalog: a word no tool has
+        # weighs at least 1, and a known word at least IDF_FLOOR, so requests still compare.
+        self._unknown_idf = max(max(idf.values(), default=1.0), 1.0)
         self._owners = owners
         self._postings = self._index(terms)
         self._vectors = vectors
@@ -151,7 +155,11 @@ class LearnedEvidence:
 
     def _weights(self, terms: set[str]) -> dict[str, float]:
         """A unit tf-idf vector of a term set (binary term frequencies; stems only)."""
-        weights = {term: self._idf.get(term, self._top_idf) for term in terms if not term.startswith(FORM_PREFIX)}
+        weights = {
+            term: max(self._idf.get(term, self._unknown_idf), IDF_FLOOR)
+            for term in terms
+            if not term.startswith(FORM_PREFIX)
+        }
         norm = math.sqrt(sum(value * value for value in weights.values()))
         return {term: value / norm for term, value in weights.items()} if norm > 0 else {}
 
