@@ -154,3 +154,26 @@ async def test_an_in_process_loop_learns_through_a_recorder_listener(manager: MC
     [trace] = traces.load()
     assert (trace.query, trace.tool, trace.rank) == ("current time in a timezone", "get_current_time", rank)
     assert trace.spawn.startswith("local-")
+
+
+async def test_a_spawn_of_a_task_like_earlier_ones_starts_with_their_tools_pinned(
+    manager: MCPManager, telemetry: Telemetry
+) -> None:
+    async with Gateway(learning_settings(manager), manager, store=MemoryStore(), telemetry=telemetry) as gateway:
+        async with gateway.running("127.0.0.1", 0):
+            for city in ("Tokyo", "Paris"):
+                async with spawn_client(gateway, f"report the current time in {city} for the standup notes") as (
+                    _spawn,
+                    client,
+                ):
+                    await call(client)
+                if city == "Tokyo":  # one spawn is not enough to pin anything for another task
+                    handle = await gateway.run_sync(gateway.open_spawn, "report the current time in Oslo", "searcher")
+                    assert handle.plan.pinned == []
+                    await gateway.run_sync(gateway.close_spawn, handle.id)
+            similar = await gateway.run_sync(
+                gateway.open_spawn, "report the current time in Lima for the standup notes", "searcher"
+            )
+            assert similar.plan.pinned == [TOOL] and TOOL in [tool["name"] for tool in similar.plan.tools]
+            other = await gateway.run_sync(gateway.open_spawn, "summarise the quarterly ledger entries", "searcher")
+            assert other.plan.pinned == []

@@ -10,6 +10,7 @@ import pytest
 
 from orchestrator import Trace, TraceSettings, TraceStore, parse_trace, redact
 from orchestrator._store import FileStore, MemoryStore
+from orchestrator._task_memory import TaskMemory
 
 DAY = 86_400.0
 
@@ -150,3 +151,22 @@ def test_the_jsonl_format_round_trips() -> None:
 def test_a_bad_line_names_what_is_wrong(data: object, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         parse_trace(data, now=0.0)
+
+
+def test_task_memory_offers_what_similar_tasks_called_once_min_spawns_called_it() -> None:
+    clock = Clock()
+    memory = TaskMemory(MemoryStore(), clock=clock)
+    memory.learn("t1", "deploy the web service to staging", "s1", ["ci__deploy", "git__status"])
+    assert memory.similar_tools("deploy the web service to production") == []  # one spawn steers nobody
+    memory.learn("t2", "deploy the web service to the canary", "s2", ["ci__deploy"])
+    assert memory.similar_tools("deploy the web service to production") == ["ci__deploy"]
+    assert memory.similar_tools("deploy the web service to production", exclude="t2") == []
+    assert memory.similar_tools("water the office plants") == []
+    clock.now += 91 * DAY  # past retention
+    assert memory.similar_tools("deploy the web service to production") == []
+
+
+def test_task_memory_keeps_task_text_redacted() -> None:
+    store = MemoryStore()
+    TaskMemory(store).learn("t1", "log in with password: hunter2 and deploy", "s1", ["ci__deploy"])
+    assert "hunter2" not in json.dumps(store.get("taskmemory/index"))

@@ -78,6 +78,7 @@ _EXPORTS: dict[str, str] = {
     "MultilingualEncoder": ".search._embedding",
     "SemanticScorer": ".search._embedding",
     "ToolVectors": ".search._embedding",
+    "BlendParts": ".search._embedding.blend",
     "TokenCounter": "._tokens",
     # planning
     "ToolPlan": "._planning",
@@ -207,6 +208,7 @@ if _TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__`
     from .protocols.mcp._transports import TransportFactory
     from .search._blend import ScoreBlend
     from .search._embedding import EmbeddingRuntime, MultilingualEncoder, SemanticScorer, ToolVectors
+    from .search._embedding.blend import BlendParts
     from .search._engine import Ranked, SearchHit, ToolSearchEngine
     from .search._evidence import EvidenceSource, LearnedEvidence, TraceEvidence
 

@@ -38,7 +38,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 
 from .._accounting import SessionRecorder
 from .._config import Settings
-from .._errors import OrchestratorError, SemanticUnavailable
+from .._errors import OrchestratorError
 from .._events import Caller, CallEvent, EventListener, MetaEvent
 from .._history import TaskHistory
 from .._meta_tools import MetaTools
@@ -46,15 +46,14 @@ from .._planning import SpawnPlanner
 from .._spawnlog import SpawnLog
 from .._store import MemoryStore, Store
 from .._telemetry import Telemetry
-from .._traces import TraceRecorder, TraceStore
+from .._traces import TraceStore
 from .._version import __version__
 from ..protocols.mcp._catalog import ToolCatalog
 from ..search._embedding import EmbeddingRuntime
-from ..search._embedding.vectors import ToolVectors
-from ..search._evidence import TraceEvidence, trace_vectors
 from .app import serve
 from .auth import Credentials, SpawnClaims
 from .handlers import GatewayHandlers
+from .learning import GatewayLearning
 from .sessions import SessionAccounting
 from .spawns import SpawnHandle, SpawnRegistry, counts_listener
 from .views import AgentView, SpawnContext, Upstream
@@ -135,12 +134,11 @@ class Gateway:
         self._owned_embeddings = EmbeddingRuntime.from_settings(settings) if embeddings is None else None
         self.embeddings = embeddings if embeddings is not None else self._owned_embeddings
         self.planner = SpawnPlanner(settings, telemetry=self.telemetry)
-        learning = settings.mcp.tool_search.traces
-        self.traces = (traces or TraceStore(self.store, learning)) if learning.enabled else None
-        self.recorder = TraceRecorder(self.traces) if self.traces is not None else None
-        self.evidence = (
-            TraceEvidence(self.traces.load, learning, vectors=self._trace_vectors) if self.traces is not None else None
+        self.learning = GatewayLearning(
+            settings, self.store, embeddings=self.embeddings, planner=self.planner, view=self._view, traces=traces
         )
+        self.traces = self.learning.traces
+        self.evidence = self.learning.evidence
         self.sessions = SessionAccounting(
             self.planner,
             self.telemetry,
@@ -154,7 +152,16 @@ class Gateway:
         self._views: dict[str, AgentView] = {}
         self._bus = InMemorySubscriptionBus()
         self._notified_version: str | None = None
-        self.spawns = SpawnRegistry(settings, self.credentials, self.store, self.history, self.sessions, self._context)
+        self.spawns = SpawnRegistry(
+            settings,
+            self.credentials,
+            self.store,
+            self.history,
+            self.sessions,
+            self._context,
+            learned_pins=self.learning.similar_task_pins,
+            finished=self.learning.remember_task,
+        )
         default = self._context(None, None, "", "", agent, [])
         self.handlers = GatewayHandlers(default, self.spawns.context, manager, self.run_sync)
         self.server = self._lowlevel_server()
@@ -244,27 +251,10 @@ class Gateway:
         for server, (tools, tokens) in sorted(sizes.items()):
             self.telemetry.record_catalog(server, tools, tokens)
 
-    def _trace_vectors(self) -> ToolVectors:
-        """Earlier requests' sentence vectors, for vector evidence (hybrid profiles only)."""
-        if self.embeddings is None:
-            raise SemanticUnavailable("disabled", "the gateway has no embedding runtime")
-        return trace_vectors(self.embeddings)
-
     def forget_departed_tools(self) -> int:
-        """Drop the traces of tools that left the catalog: gone from a server that is still listed, or of a
-        server no longer configured (a configured server that is down keeps them, until retention). Also
-        applies retention and `max_total`. Returns how many traces were dropped; reads and writes the store."""
-        if self.traces is None:
-            return 0
-        catalog = self.catalog()
-        pairs = {(server, entry.tool) for entry in catalog for server in entry.servers}
-        listed = set(catalog.servers())
-        configured = set(self.settings.mcp.servers)
-
-        def keep(server: str, tool: str) -> bool:
-            return (server, tool) in pairs or (server not in listed and server in configured)
-
-        return self.traces.prune(keep)
+        """Drop the traces of tools that left the catalog (`GatewayLearning.forget_departed_tools`); reads
+        and writes the store."""
+        return self.learning.forget_departed_tools(self.catalog())
 
     def _view(self, agent: str) -> AgentView:
         with self._lock:
@@ -287,8 +277,9 @@ class Gateway:
         """An endpoint's context: its view, and meta-tools whose events a spawn's history and counts hear."""
         view = self._view(agent)
         listeners: list[EventListener] = []
-        if self.recorder is not None:
-            listeners.append(self.recorder.listener(view.own_name))
+        recorder = self.learning.listener(view)
+        if recorder is not None:
+            listeners.append(recorder)
         if spawn_id is not None:
             listeners.append(_history_listener(self.history, task_id))
             if expires is not None:
@@ -364,7 +355,7 @@ class Gateway:
         loads the model (about 0.5 s): run it off the event loop.
         """
         warmed = 0
-        self._forget_quietly()
+        self.learning.refresh(self.catalog())
         with self._lock:
             views = list(self._views.values())
         for view in views:
@@ -373,15 +364,6 @@ class Gateway:
             view.engine.warm(timeout=timeout)
             warmed += 1
         return warmed
-
-    def _forget_quietly(self) -> None:
-        """Prune the traces and read them again, so the first searches already use what was learned."""
-        try:
-            self.forget_departed_tools()
-        except Exception:  # boundary: pruning traces is housekeeping; a store that fails must not stop warming
-            log.warning("pruning search traces failed", exc_info=True)
-        if self.evidence is not None:
-            self.evidence.refresh()
 
     async def _warm_search(self) -> None:
         """`warm_search` in a worker thread (the pool's, or anyio's default with `workers: 0`: loading the

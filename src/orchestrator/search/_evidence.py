@@ -71,8 +71,8 @@ IDF_FLOOR = 0.1
 BUILT_KEPT = 8
 """Evidence builds kept (catalog version x with or without vectors): a gateway serves a handful of profiles."""
 
-Owners = list[list[tuple[int, float]]]
-Reblend = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+_Owners = list[list[tuple[int, float]]]
+_Reblend = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 """The hybrid blend's rules over given cosines: (lexical, cosines, candidates) -> (scores, admitted)
 (`HybridBlend.reblend`)."""
 """Per earlier request, the (document, weight) of each tool it led to."""
@@ -92,14 +92,6 @@ class _Index(Protocol):
     def bm25(self) -> Any: ...
 
 
-class _Reblend(Protocol):
-    """The hybrid blend's rules over given cosines (`HybridBlend.reblend`)."""
-
-    def reblend(
-        self, lexical: np.ndarray, cosines: np.ndarray, candidates: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]: ...
-
-
 class EvidenceSource(Protocol):
     """What the engine asks once per search: the evidence for a catalog version, or None (no tool has any)."""
 
@@ -116,7 +108,7 @@ class _Vectors:
     rows: NDArray[np.float32]
     starts: NDArray[np.intp]
     """First row of each request (requests' rows are contiguous)."""
-    owners: Owners
+    owners: _Owners
     """Per request (in `starts` order), its tools and weights."""
     docs: NDArray[np.intp]
     """Documents with a mean request vector."""
@@ -137,7 +129,7 @@ class LearnedEvidence:
     """
 
     def __init__(
-        self, size: int, idf: dict[str, float], owners: Owners, terms: list[set[str]], vectors: _Vectors | None = None
+        self, size: int, idf: dict[str, float], owners: _Owners, terms: list[set[str]], vectors: _Vectors | None = None
     ) -> None:
         self.size = size
         self._idf = idf
@@ -246,7 +238,7 @@ class LearnedEvidence:
         self,
         terms: Sequence[str],
         parts: BlendParts | None,
-        reblend: Reblend | None,
+        reblend: _Reblend | None,
         lexical: NDArray[np.float64],
         candidates: NDArray[np.intp],
         blended: NDArray[Any],
@@ -386,7 +378,7 @@ class TraceEvidence:
         now = self._clock()
         half_life = self.settings.half_life_days * DAY_S
         texts: dict[str, int] = {}
-        owners: Owners = []
+        owners: _Owners = []
         for doc, spawns in kept.items():
             for trace in spawns.values():
                 request = texts.setdefault(trace.query, len(texts))
@@ -398,7 +390,7 @@ class TraceEvidence:
         found = self._request_vectors(ordered, owners) if vectors and self._vectors is not None else None
         return LearnedEvidence(len(catalog), dict(index.bm25.idf), owners, terms, found)
 
-    def _request_vectors(self, texts: list[str], owners: Owners) -> _Vectors | None:
+    def _request_vectors(self, texts: list[str], owners: _Owners) -> _Vectors | None:
         """Vector evidence of the requests whose sentences are all embedded; the others' sentences are sent
         to the background embedding (`pending_vectors` counts them)."""
         from ._embedding.rules import query_sentences  # the embedding stack loads only for hybrid ranking
@@ -409,7 +401,7 @@ class TraceEvidence:
         except SemanticUnavailable:
             return None
         rows: list[NDArray[np.float32]] = []
-        kept: Owners = []
+        kept: _Owners = []
         missing: dict[bytes, str] = {}
         for text, owned in zip(texts, owners, strict=True):
             parts = query_sentences(text)
