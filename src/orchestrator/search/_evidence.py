@@ -15,8 +15,8 @@ What counts, for a tool that `min_spawns` distinct spawns called (each spawn onc
                                        mean vector of its earlier requests less the mean of all requests,
                                        renormalised, replaces its own vector in the blend's cosine
     neighbours that agree              (hybrid) the EVIDENCE_NEIGHBOURS earlier requests nearest the query
-                                       vote for their tools, weighted by cosine; a tool's share of the vote
-                                       counts past EVIDENCE_VOTE_FLOOR
+                                       (among the newest VOTE_REQUESTS) vote for their tools, weighted by
+                                       cosine; a tool's share of the vote counts past EVIDENCE_VOTE_FLOOR
 
 Each earlier request weighs `0.5 ** (age / half_life_days)`. The floors keep a tool's own text in charge:
 only close requests count, a multi-part task that scatters its votes over several tools moves little, and
@@ -64,10 +64,15 @@ log = logging.getLogger(__name__)
 
 DAY_S = 86_400.0
 TRACE_VECTORS = "traces"
-"""Sub-folder of the vector cache holding earlier requests' sentence vectors, apart from the tool vectors
+"""Sub-folder of the vector cache holding earlier requests' vectors, apart from the tool vectors
 (whose cache keeps the current catalog's first)."""
 IDF_FLOOR = 0.1
 """Least weight of a word in request similarity (BM25Okapi gives words in most tools of a small catalog 0)."""
+VOTE_REQUESTS = 4_096
+"""Newest earlier requests the vote looks among: a vote is about recent near repeats, and the comparison
+costs a matrix product over them on every hybrid search (4,096 x 896 floats: about 1 ms)."""
+DECAY_STEP_S = 3_600.0
+"""Evidence is rebuilt at least this often, so decay moves while the traces stay the same."""
 BUILT_KEPT = 8
 """Evidence builds kept (catalog version x with or without vectors): a gateway serves a handful of profiles."""
 
@@ -103,13 +108,12 @@ class EvidenceSource(Protocol):
 
 @dataclass(frozen=True)
 class _Vectors:
-    """Vector evidence: earlier requests' sentence rows and each tool's mean request vector."""
+    """Vector evidence: the newest earlier requests' vectors (for the vote) and each tool's mean request vector."""
 
     rows: NDArray[np.float32]
-    starts: NDArray[np.intp]
-    """First row of each request (requests' rows are contiguous)."""
+    """One unit vector per request (the request embedded whole), the newest VOTE_REQUESTS."""
     owners: _Owners
-    """Per request (in `starts` order), its tools and weights."""
+    """Per row, its tools and weights."""
     docs: NDArray[np.intp]
     """Documents with a mean request vector."""
     means: NDArray[np.float32]
@@ -124,20 +128,24 @@ class LearnedEvidence:
         size: documents in the catalog.
         idf: term -> idf of the catalog's index (a word's weight in request similarity).
         owners: per earlier request (distinct text), the tools it led to and their weights.
-        terms: each request's index terms.
+        terms: each request's index terms (as the catalog's analyzer gives them).
         vectors: vector evidence (hybrid), or None.
     """
 
     def __init__(
-        self, size: int, idf: dict[str, float], owners: _Owners, terms: list[set[str]], vectors: _Vectors | None = None
+        self, size: int, idf: dict[str, float], owners: _Owners, terms: list[list[str]], vectors: _Vectors | None = None
     ) -> None:
         self.size = size
         self._idf = idf
         # BM25Okapi's idf is 0 or its epsilon floor for most words of a tiny catalog: a word no tool has
         # weighs at least 1, and a known word at least IDF_FLOOR, so requests still compare.
         self._unknown_idf = max(max(idf.values(), default=1.0), 1.0)
-        self._owners = owners
-        self._postings = self._index(terms)
+        self._requests = len(owners)
+        counts = [len(owned) for owned in owners]
+        self._pair_request = np.repeat(np.arange(len(owners), dtype=np.intp), counts)
+        self._pair_doc = np.fromiter((doc for owned in owners for doc, _ in owned), np.intp, sum(counts))
+        self._pair_weight = np.fromiter((weight for owned in owners for _, weight in owned), np.float64, sum(counts))
+        self._vocabulary, self._postings = self._index(terms)
         self._vectors = vectors
         self._enriched: tuple[int, NDArray[np.float32]] | None = None
 
@@ -145,26 +153,30 @@ class LearnedEvidence:
     def has_vectors(self) -> bool:
         return self._vectors is not None
 
-    def _weights(self, terms: set[str]) -> dict[str, float]:
-        """A unit tf-idf vector of a term set (binary term frequencies; stems only)."""
-        weights = {
-            term: max(self._idf.get(term, self._unknown_idf), IDF_FLOOR)
-            for term in terms
-            if not term.startswith(FORM_PREFIX)
-        }
-        norm = math.sqrt(sum(value * value for value in weights.values()))
-        return {term: value / norm for term, value in weights.items()} if norm > 0 else {}
+    def _weight(self, term: str) -> float:
+        return max(self._idf.get(term, self._unknown_idf), IDF_FLOOR)
 
-    def _index(self, terms: list[set[str]]) -> dict[str, tuple[NDArray[np.intp], NDArray[np.float64]]]:
-        lists: dict[str, tuple[list[int], list[float]]] = {}
-        for request, words in enumerate(terms):
-            for term, weight in self._weights(words).items():
-                ids, values = lists.setdefault(term, ([], []))
-                ids.append(request)
-                values.append(weight)
-        return {
-            term: (np.asarray(ids, np.intp), np.asarray(values, np.float64)) for term, (ids, values) in lists.items()
-        }
+    def _index(
+        self, terms: list[list[str]]
+    ) -> tuple[dict[str, int], tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.float64]]]:
+        """Requests as unit tf-idf vectors (binary term frequencies, stems only), in postings: the term ->
+        number vocabulary, and per term number a slice of (request ids, weights) (`starts` by number)."""
+        vocabulary: dict[str, int] = {}
+        pair_term: list[int] = []
+        sizes: list[int] = []
+        for words in terms:
+            numbers = {vocabulary.setdefault(word, len(vocabulary)) for word in words if word[:1] != FORM_PREFIX}
+            pair_term.extend(numbers)
+            sizes.append(len(numbers))
+        idf = np.fromiter((self._weight(word) for word in vocabulary), np.float64, len(vocabulary))
+        term = np.asarray(pair_term, dtype=np.intp)
+        request = np.repeat(np.arange(len(terms), dtype=np.intp), sizes)
+        weight = idf[term] if term.size else np.zeros(0)
+        norms = np.sqrt(np.bincount(request, weights=weight * weight, minlength=len(terms)))
+        weight = weight / np.where(norms[request] > 0, norms[request], 1.0)
+        order = np.argsort(term, kind="stable")
+        starts = np.searchsorted(term[order], np.arange(len(vocabulary) + 1))
+        return vocabulary, (starts, request[order], weight[order])
 
     # ------------------------------------------------------------------ the three kinds
 
@@ -172,17 +184,23 @@ class LearnedEvidence:
         """Per document, its best earlier request's weight x how far that request's similarity to these
         query terms passes EVIDENCE_LEXICAL_FLOOR, scaled to 0..1 (0 for most documents)."""
         strength = np.zeros(self.size, dtype=np.float64)
-        query = self._weights(set(terms))
-        found = [(self._postings[term], weight) for term, weight in query.items() if term in self._postings]
+        words = {word: self._weight(word) for word in set(terms) if word[:1] != FORM_PREFIX}
+        norm = math.sqrt(sum(value * value for value in words.values()))
+        starts, requests, weights = self._postings
+        found = [(self._vocabulary[word], value / norm) for word, value in words.items() if word in self._vocabulary]
         if not found:
             return strength
-        ids = np.concatenate([posting[0] for posting, _ in found])
-        values = np.concatenate([posting[1] * weight for posting, weight in found])
-        similarity = np.bincount(ids, weights=values, minlength=len(self._owners))
-        for request in np.flatnonzero(similarity > EVIDENCE_LEXICAL_FLOOR).tolist():
-            gate = (float(similarity[request]) - EVIDENCE_LEXICAL_FLOOR) / (1.0 - EVIDENCE_LEXICAL_FLOOR)
-            for doc, weight in self._owners[request]:
-                strength[doc] = max(strength[doc], min(gate, 1.0) * weight)
+        ids = np.concatenate([requests[starts[number] : starts[number + 1]] for number, _ in found])
+        values = np.concatenate([weights[starts[number] : starts[number + 1]] * value for number, value in found])
+        similarity = np.bincount(ids, weights=values, minlength=self._requests)
+        gate = np.clip((similarity - EVIDENCE_LEXICAL_FLOOR) / (1.0 - EVIDENCE_LEXICAL_FLOOR), 0.0, 1.0)
+        passing = gate[self._pair_request] > 0
+        if not passing.any():
+            return strength
+        docs = self._pair_doc[passing]
+        values = gate[self._pair_request[passing]] * self._pair_weight[passing]
+        order = np.argsort(values, kind="stable")
+        strength[docs[order]] = values[order]  # the largest value of each document is written last
         return strength
 
     def enriched_cosines(self, parts: BlendParts) -> NDArray[np.float32]:
@@ -207,8 +225,9 @@ class LearnedEvidence:
         vectors = self._vectors
         if vectors is None:
             return strength
-        rows = (vectors.rows @ np.atleast_2d(query_vectors).T).max(axis=1)
-        similarity = np.maximum.reduceat(rows, vectors.starts)
+        if not vectors.rows.size:
+            return strength
+        similarity = (vectors.rows @ np.atleast_2d(query_vectors).T).max(axis=1)
         count = min(EVIDENCE_NEIGHBOURS, similarity.size)
         nearest = np.argpartition(-similarity, count - 1)[:count]
         weights = np.clip(similarity[nearest], 0.0, 1.0)
@@ -232,7 +251,7 @@ class LearnedEvidence:
             return scores, candidates
         top = float(scores[candidates].max()) if candidates.size else 0.0
         boosted = scores + EVIDENCE_LEXICAL_WEIGHT * max(top, 1.0) * strength
-        return boosted, np.union1d(candidates, np.flatnonzero(strength > 0))
+        return boosted, _with(candidates, strength)
 
     def hybrid(
         self,
@@ -252,7 +271,7 @@ class LearnedEvidence:
             strength += EVIDENCE_VOTE_WEIGHT * self.votes(parts.query_vectors)
         if not strength.any():
             return blended, admitted
-        return blended + strength, np.union1d(admitted, np.flatnonzero(strength > 0))
+        return blended + strength, _with(admitted, strength)
 
 
 class TraceEvidence:
@@ -262,13 +281,14 @@ class TraceEvidence:
     Args:
         load: the live traces (`TraceStore.load`).
         settings: `mcp.tool_search.traces` (min_spawns, half-life, refresh).
-        vectors: where the earlier requests' sentence vectors are cached (`trace_vectors(runtime)`), a
+        vectors: where the earlier requests' vectors are cached (`trace_vectors(runtime)`), a
             callable so the model loads only when hybrid ranking needs it; None: lexical evidence only.
         clock: Unix time now.
 
-    A stale source is re-read by the one search that notices (the others keep the evidence they have), so
-    a slow store delays one search per `refresh_s`, not every search. Request sentences not embedded yet
-    are handed to the background embedding and join at a later build. Thread-safe.
+    A stale source is re-read by the one search that notices, and changed traces are built into evidence by
+    one search while the others keep the evidence they have: a slow store or a large build delays one search
+    per change, not every search. Requests not embedded yet are handed to the background embedding and join
+    at a later build. Thread-safe.
     """
 
     def __init__(
@@ -286,12 +306,15 @@ class TraceEvidence:
         self._traces: Sequence[Trace] | None = None
         self._loaded_at = -math.inf
         self._generation = 0
-        self._built: dict[tuple[str, bool], tuple[tuple[int, int], LearnedEvidence | None]] = {}
+        self._fingerprint: int | None = None
+        self._analysed: dict[str, list[str]] = {}
+        self._building = threading.Lock()
+        self._built: dict[tuple[str, bool], tuple[tuple[int, int, int], LearnedEvidence | None]] = {}
         self._refreshing = threading.Lock()
         self._lock = threading.Lock()
         self._warned = False
         self.pending_vectors = 0
-        """Request sentences waiting to be embedded at the last build (they join a later build)."""
+        """Requests waiting to be embedded at the last build (they join a later build)."""
 
     def refresh(self) -> None:
         """Re-read the traces now."""
@@ -302,22 +325,23 @@ class TraceEvidence:
                 self._warned = True
                 log.warning("reading search traces failed; ranking without new evidence", exc_info=True)
             traces = list(self._traces or ())
+        fingerprint = hash(tuple((t.server, t.tool, t.spawn, t.at, t.ok, t.query) for t in traces))
         with self._lock:
             self._traces = traces
             self._loaded_at = self._clock()
-            self._generation += 1
+            if fingerprint != self._fingerprint:  # unchanged traces keep the evidence built from them
+                self._fingerprint = fingerprint
+                self._generation += 1
 
     def warm(self, timeout: float | None = None) -> bool:
-        """Read the traces and embed every request's sentences now, waiting up to `timeout` seconds (None:
+        """Read the traces and embed every request now, waiting up to `timeout` seconds (None:
         as long as it takes); True when every one is embedded (benchmarks, `eval --traces`, a warm-up)."""
         self.refresh()
         if self._vectors is None:
             return True
-        from ._embedding.rules import query_sentences  # the embedding stack loads only for hybrid ranking
-
         try:
             vectors = self._vectors()
-            texts = list(dict.fromkeys(part for trace in self._traces or () for part in query_sentences(trace.query)))
+            texts = list(dict.fromkeys(trace.query for trace in self._traces or ()))
             keys = vectors.keys(texts)
             missing = {key: text for key, text in zip(keys, texts, strict=True) if vectors.cached([key])[0] is None}
             if missing:
@@ -337,18 +361,30 @@ class TraceEvidence:
                     self.refresh()
                 finally:
                     self._refreshing.release()
+        key = (catalog.version, vectors)
+        version = (self._generation, self._embedded_generation(vectors), int(self._clock() // DECAY_STEP_S))
         with self._lock:
-            traces = self._traces or ()
-            version = (self._generation, self._embedded_generation(vectors))
-            built = self._built.get((catalog.version, vectors))
+            built = self._built.get(key)
         if built is not None and built[0] == version:
             return built[1]
-        evidence = self._build(catalog, index, traces, vectors=vectors)
-        with self._lock:
-            if len(self._built) >= BUILT_KEPT:
-                self._built.pop(next(iter(self._built)))
-            self._built[(catalog.version, vectors)] = (version, evidence)
-        return evidence
+        # One search builds; the others keep the evidence built before (or wait, when there is none yet).
+        if not self._building.acquire(blocking=built is None):
+            assert built is not None
+            return built[1]
+        try:
+            with self._lock:
+                traces = self._traces or ()
+                again = self._built.get(key)
+            if again is not None and again[0] == version:
+                return again[1]
+            evidence = self._build(catalog, index, traces, vectors=vectors)
+            with self._lock:
+                if len(self._built) >= BUILT_KEPT and key not in self._built:
+                    self._built.pop(next(iter(self._built)))
+                self._built[key] = (version, evidence)
+            return evidence
+        finally:
+            self._building.release()
 
     def _embedded_generation(self, vectors: bool) -> int:
         """Changes when request vectors were added (a build missing some is redone once they are there)."""
@@ -379,60 +415,67 @@ class TraceEvidence:
         half_life = self.settings.half_life_days * DAY_S
         texts: dict[str, int] = {}
         owners: _Owners = []
+        newest: list[float] = []
         for doc, spawns in kept.items():
             for trace in spawns.values():
                 request = texts.setdefault(trace.query, len(texts))
                 if request == len(owners):
                     owners.append([])
+                    newest.append(trace.at)
                 owners[request].append((doc, 0.5 ** (max(0.0, now - trace.at) / half_life)))
+                newest[request] = max(newest[request], trace.at)
         ordered = list(texts)
-        terms = [set(index.analyzer.terms(text)) for text in ordered]
-        found = self._request_vectors(ordered, owners) if vectors and self._vectors is not None else None
+        # A rebuild analyses only the requests that are new since the last one.
+        known = self._analysed
+        terms = [known[text] if text in known else index.analyzer.terms(text) for text in ordered]
+        self._analysed = dict(zip(ordered, terms, strict=True))
+        found = self._request_vectors(ordered, owners, newest) if vectors and self._vectors is not None else None
         return LearnedEvidence(len(catalog), dict(index.bm25.idf), owners, terms, found)
 
-    def _request_vectors(self, texts: list[str], owners: _Owners) -> _Vectors | None:
-        """Vector evidence of the requests whose sentences are all embedded; the others' sentences are sent
-        to the background embedding (`pending_vectors` counts them)."""
-        from ._embedding.rules import query_sentences  # the embedding stack loads only for hybrid ranking
-
+    def _request_vectors(self, texts: list[str], owners: _Owners, newest: list[float]) -> _Vectors | None:
+        """Vector evidence of the requests already embedded (each embedded whole, as one text); the others
+        are sent to the background embedding (`pending_vectors` counts them)."""
         assert self._vectors is not None
         try:
             store = self._vectors()
         except SemanticUnavailable:
             return None
-        rows: list[NDArray[np.float32]] = []
-        kept: _Owners = []
+        keys = store.keys(texts)
+        found: list[int] = []
         missing: dict[bytes, str] = {}
-        for text, owned in zip(texts, owners, strict=True):
-            parts = query_sentences(text)
-            keys = store.keys(parts)
-            matrix, absent = store.cached(keys)
-            if matrix is None:
-                missing.update((keys[i], parts[i]) for i in absent)
-                continue
-            rows.append(matrix)
-            kept.append(owned)
+        for position, key in enumerate(keys):
+            if store.cached([key])[0] is not None:
+                found.append(position)
+            else:
+                missing[key] = texts[position]
         self.pending_vectors = len(missing)
         if missing:
             store.warm(missing)
-        if not rows:
+        if not found:
             return None
-        starts = np.cumsum([0] + [len(block) for block in rows[:-1]]).astype(np.intp)
-        means = [block.mean(axis=0) for block in rows]
+        matrix, _ = store.cached([keys[position] for position in found])
+        assert matrix is not None
         totals: dict[int, tuple[NDArray[np.float32], float]] = {}
-        for mean, owned in zip(means, kept, strict=True):
-            unit = mean / max(float(np.linalg.norm(mean)), 1e-12)
-            for doc, weight in owned:
-                acc, total = totals.get(doc, (np.zeros_like(unit), 0.0))
-                totals[doc] = (acc + weight * unit, total + weight)
+        for row, position in enumerate(found):
+            for doc, weight in owners[position]:
+                acc, total = totals.get(doc, (np.zeros(matrix.shape[1], np.float32), 0.0))
+                totals[doc] = (acc + weight * matrix[row], total + weight)
         docs = np.asarray(sorted(totals), dtype=np.intp)
-        overall = np.mean([mean / max(float(np.linalg.norm(mean)), 1e-12) for mean in means], axis=0)
-        centroid = np.stack([totals[doc][0] / totals[doc][1] - overall for doc in docs.tolist()]).astype(np.float32)
-        return _Vectors(np.concatenate(rows).astype(np.float32), starts, kept, docs, centroid)
+        overall = matrix.mean(axis=0)
+        means = np.stack([totals[doc][0] / totals[doc][1] - overall for doc in docs.tolist()]).astype(np.float32)
+        recent = sorted(range(len(found)), key=lambda row: -newest[found[row]])[:VOTE_REQUESTS]
+        return _Vectors(matrix[recent], [owners[found[row]] for row in recent], docs, means)
+
+
+def _with(ids: NDArray[np.intp], strength: NDArray[np.float64]) -> NDArray[np.intp]:
+    """`ids` and the documents with evidence, sorted (a mask: `np.union1d` sorts and hashes, far slower)."""
+    mask = strength > 0
+    mask[ids] = True
+    return np.flatnonzero(mask)
 
 
 def trace_vectors(runtime: EmbeddingRuntime) -> ToolVectors:
-    """The sentence vectors of earlier requests, in the runtime's cache folder's TRACE_VECTORS sub-folder
+    """The vectors of earlier requests, in the runtime's cache folder's TRACE_VECTORS sub-folder
     (memory only when the runtime keeps no folder). Loads the model on first use.
 
     Raises:
