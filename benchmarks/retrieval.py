@@ -1,6 +1,7 @@
 """Retrieval quality: the project's ranking next to the three BM25 anchors, on every development set.
 
     .venv/bin/python benchmarks/retrieval.py [--hybrid] [--no-distractors] [--ablations] [--cv]
+    .venv/bin/python benchmarks/retrieval.py --traces [--hybrid]      learning from use (`_learning.py`)
 
 Sets (../shared/data/retrieval): stabletoolbench, api-bank, metatool, and mcp-catalogs (301 requests written
 for the 590 real MCP tools in five styles, agent / natural / task / ambiguous / non-english, with every
@@ -37,6 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import _learning
 from _common import (
     CATALOGS,
     DEV_SETS,
@@ -240,8 +242,13 @@ def main() -> int:
         "--long", action="store_true", help="only the long multi-step requests (built from mcp-catalogs)"
     )
     parser.add_argument("--distinct", action="store_true", help="only equivalent tools folded or not (mcp-catalogs)")
+    parser.add_argument(
+        "--traces", action="store_true", help="only learning from use: each set's future half without and with traces"
+    )
     add_results_flag(parser)
     args = parser.parse_args()
+    if args.traces:
+        return traces_benchmark(args.hybrid)
     if args.long or args.distinct:
         long_hybrid = Hybrid() if args.hybrid else None
         try:
@@ -359,6 +366,18 @@ def main() -> int:
     if args.cv:
         cross_validation(sets, anchors_module)
     return report_targets(verdicts)
+
+
+def traces_benchmark(hybrid: bool) -> int:
+    """`--traces`: each set split into past and future by id (`_learning.py`), the future half ranked
+    without and with the past half's traces, lexical (and with --hybrid, hybrid) in the same run."""
+    runtime = EmbeddingRuntime.from_settings(Settings()) if hybrid else None
+    try:
+        outcomes = [_learning.measure(name, (data := load(name)).catalog, data.queries, runtime) for name in DEV_SETS]
+    finally:
+        if runtime is not None:
+            runtime.close()
+    return report_targets(_learning.report(outcomes, table))
 
 
 LONG_REQUESTS = 60

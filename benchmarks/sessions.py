@@ -1,6 +1,7 @@
 """Scripted agent sessions through a real gateway, recorded in a spawn log, then `orchestrator tune` on it.
 
     .venv/bin/python benchmarks/sessions.py [--sessions 30] [--think 0.25] [--concurrency 5] [--keep DIR]
+    .venv/bin/python benchmarks/sessions.py --learning     plans that learn: the same sessions before and after
 
 What runs: `orchestrator serve --transport http` (a subprocess) over four real stdio servers: the published
 mcp-server-git (on a scratch repository) and mcp-server-time, and two benchmarks/catalog_server.py
@@ -26,6 +27,13 @@ break-even per profile from `tune --json`.
 
 Session scripts are drawn from a seeded generator, so two runs make the same requests; token figures
 repeat exactly, round counts do unless the machine stalls a request past the batch gap (0.15 s).
+
+With --learning: both profiles in search mode (threshold_tokens 2,000), learning from use on, one store.
+Each session's task says what it will do, in words (`TASK_PHRASES`), with a ticket number. The sessions
+run four times: with learning off (the baseline); then on, from an empty store (the first pass learns as
+it goes); then the same tasks again (the task's own history and similar tasks pin their tools); then the
+same kind of tasks with new ticket numbers (new task ids: only similar-task pins apply); and last reworded
+(other phrases for each step). Per pass: searches, expands, rounds and tool tokens per session.
 """
 
 from __future__ import annotations
@@ -52,7 +60,7 @@ import yaml
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from _common import CATALOGS, add_results_flag, run_recorded
+from _common import CATALOGS, add_results_flag, run_recorded, table
 
 HERE = Path(__file__).resolve().parent
 ORCHESTRATOR = str(Path(sys.executable).with_name("orchestrator"))
@@ -323,14 +331,106 @@ def make_repo(folder: Path) -> Path:
     return repo
 
 
+TASK_PHRASES: dict[str, tuple[str, str]] = {
+    "git__git_status": ("check what changed in the working tree", "see which files were modified"),
+    "git__git_log": ("look at the recent commits", "go through the latest commit history"),
+    "git__git_diff_unstaged": ("show the unstaged changes", "inspect the diff that is not staged yet"),
+    "git__git_show": ("show the last commit", "display the HEAD commit"),
+    "dev__filesystem__read_text_file": ("read a.txt", "open the file a.txt"),
+    "dev__filesystem__list_directory": ("list the repository folder", "see what the folder holds"),
+    "dev__filesystem__search_files": ("find the text files", "look for files matching *.txt"),
+    "git__git_branch": ("list the local branches", "see which branches exist"),
+    "web__brave-search__brave_web_search": ("search the web for MCP gateways", "look up MCP gateways online"),
+    "web__fetch__fetch": ("fetch example.com", "download the page at example.com"),
+    "web__firecrawl__firecrawl_scrape": ("scrape example.com", "extract the content of example.com"),
+    "web__firecrawl__firecrawl_search": ("search and crawl for MCP", "crawl search results about MCP"),
+    "web__context7__resolve-library-id": ("find the library id of mcp", "work out which library mcp is"),
+    "time__get_current_time": ("note the current UTC time", "tell the time in UTC"),
+}
+"""Each tool's step in words, as a task would ask for it (two phrasings)."""
+
+
+def described(script: Script, ticket: int, phrasing: int = 0) -> Script:
+    """The script with a task that says what it will do: its tools' steps in first-use order, and a ticket."""
+    steps = [TASK_PHRASES[name][phrasing] for name in dict.fromkeys(n for batch in script.rounds for n in batch)]
+    return Script(script.agent, f"{'; then '.join(steps)} (ticket {ticket})", script.rounds)
+
+
+def learning_config(folder: Path, repo: Path, spawn_log: Path, enabled: bool) -> Path:
+    path = write_config(folder, repo, spawn_log, THRESHOLD_SEARCH)
+    config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    config["mcp"]["tool_search"]["traces"] = {"enabled": enabled, "refresh_s": 0}
+    # Its own store each: the baseline's task histories must not pin anything for the passes after it.
+    config["mcp"]["cache_dir"] = str(folder / f"cache-learning-{'on' if enabled else 'off'}")
+    learned = folder / f"bernstein-learning-{'on' if enabled else 'off'}.yaml"
+    learned.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return learned
+
+
+def per_session(outcomes: list[Outcome]) -> dict[str, float]:
+    n = max(len(outcomes), 1)
+    return {
+        key: sum(float(o.session[key]) for o in outcomes) / n for key in ("searches", "expands", "rounds", "tokens")
+    }
+
+
+def learning_benchmark(count: int, think: float, concurrency: int) -> int:
+    """`--learning`: the same sessions with learning off, then on over one store, four passes."""
+    folder = Path(tempfile.mkdtemp(prefix="orchestrator-learning-"))
+    try:
+        repo = make_repo(folder)
+        made = scripts(count, str(repo))
+        tools = {"coder": coder_tools(str(repo)), "researcher": researcher_tools()}
+        passes = [
+            ("learning off (the baseline)", False, [described(script, i) for i, script in enumerate(made)]),
+            ("learning on, first pass (empty store)", True, [described(script, i) for i, script in enumerate(made)]),
+            ("the same tasks again", True, [described(script, i) for i, script in enumerate(made)]),
+            ("same kind, new tickets", True, [described(script, 1000 + i) for i, script in enumerate(made)]),
+            ("reworded, new tickets", True, [described(script, 2000 + i, 1) for i, script in enumerate(made)]),
+        ]
+        rows = []
+        for label, enabled, batch in passes:
+            config = learning_config(folder, repo, folder / "spawns.jsonl", enabled)
+            with serving(config, folder / f"serve-{len(rows)}.log") as base:
+                anyio.run(wait_ready, base)
+                done = anyio.run(run_half, base, batch, tools, think, concurrency)
+            errors = [error for outcome in done for error in outcome.errors]
+            if errors:
+                print(f"{label}: {len(errors)} calls answered with an error, e.g. {errors[0]}")
+            for agent in (None, "coder", "researcher"):
+                chosen = [o for o in done if agent is None or o.agent == agent]
+                figures = per_session(chosen)
+                rows.append(
+                    [
+                        label if agent is None else f"  {agent}",
+                        str(len(chosen)),
+                        f"{figures['searches']:.2f}",
+                        f"{figures['expands']:.2f}",
+                        f"{figures['rounds']:.2f}",
+                        f"{figures['tokens']:,.0f}",
+                    ]
+                )
+        print(f"\nPlans that learn: {count} scripted sessions (search mode), passes over one store")
+        table(
+            ["pass", "sessions", "searches / session", "expands / session", "rounds / session", "tokens / session"],
+            rows,
+        )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=30)
     parser.add_argument("--think", type=float, default=0.25, help="seconds before each round (the model's turn)")
     parser.add_argument("--concurrency", type=int, default=5)
     parser.add_argument("--keep", type=Path, help="keep the spawn log and configs in this folder")
+    parser.add_argument("--learning", action="store_true", help="only plans that learn: passes over one store")
     add_results_flag(parser)
     args = parser.parse_args()
+    if args.learning:
+        return learning_benchmark(args.sessions, args.think, args.concurrency)
 
     folder = Path(tempfile.mkdtemp(prefix="orchestrator-sessions-"))
     try:

@@ -1,6 +1,7 @@
 """Search speed: query latency, index build and planning, next to rank-bm25's get_scores.
 
     .venv/bin/python benchmarks/speed.py [--queries N] [--repeats N] [--hybrid]
+    .venv/bin/python benchmarks/speed.py --traces [--hybrid]     with 20,000 search traces (`_learning_speed.py`)
 
 Catalogs of 100, 1,000 and 10,000 tools are made from the 590 real ones (../shared/data/catalogs): copy r of
 server S is `S-r<r>` with tool names suffixed `_r<r>`. Queries are real requests from the three retrieval
@@ -50,6 +51,7 @@ from typing import TypeVar
 
 import numpy as np
 
+import _learning_speed
 from _common import (
     CATALOGS,
     RETRIEVAL,
@@ -131,8 +133,11 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=100, help="queries per retrieval set (default 100)")
     parser.add_argument("--repeats", type=int, default=5, help="index builds per size (median reported)")
     parser.add_argument("--hybrid", action="store_true", help="also hybrid ranking (needs the semantic extra)")
+    parser.add_argument("--traces", action="store_true", help="only ranking with 20,000 search traces stored")
     add_results_flag(parser)
     args = parser.parse_args()
+    if args.traces:
+        return report_targets(_learning_speed.measure(queries(args.queries), _runtime if args.hybrid else None))
     texts = queries(args.queries)
     print(f"{len(texts)} queries from {', '.join(SETS)}; k={K}\n")
 
@@ -260,6 +265,13 @@ def main() -> int:
     if args.hybrid:
         checks += hybrid_speed(texts)
     return report_targets(checks)
+
+
+def _runtime() -> object:
+    """An embedding runtime over the default vector cache (the catalog's vectors cached after a first run)."""
+    from orchestrator import EmbeddingRuntime
+
+    return EmbeddingRuntime(Settings().mcp.embedding_cache_dir())
 
 
 def hybrid_speed(texts: list[str]) -> list[tuple[str, bool]]:

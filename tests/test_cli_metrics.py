@@ -43,6 +43,8 @@ def endpoint() -> Iterator[str]:
         session.record_tool_call("time", "get_current_time", "ok", 0.06)
         session.record_tool_call("time", "convert_time", "tool_error", 0.02)
         session.record_catalog("time", 2, 310)
+        for rank in ("1", "1", "3", "not_found", "unsearched"):
+            session.record_call_rank(rank)
         assert session.prometheus_url is not None
         yield session.prometheus_url
 
@@ -75,6 +77,10 @@ def test_metrics_prints_the_three_outcomes_miss_rate_and_tokens_saved(endpoint: 
     total_row = next(line.split() for line in result.output.splitlines() if line.startswith("total"))
     assert total_row == ["total", "3", "5,200", "9,800", "3,266"]
     assert "tool_error" in result.output and "time" in result.output
+    assert rows["search-mode calls found first (live hit@1)"] == "50.0%"
+    assert rows["search-mode calls found in the top 5 (live hit@5)"] == "75.0%"
+    assert rows["calls whose tool the latest search missed"] == "1"
+    assert rows["calls without a search before them"] == "1"
 
 
 def test_metrics_json_carries_exact_figures(endpoint: str) -> None:
@@ -91,6 +97,9 @@ def test_metrics_json_carries_exact_figures(endpoint: str) -> None:
         "expanded_tools": 3,
         "avg_results": pytest.approx(9 / 4),
         "avg_latency_s": pytest.approx(0.002),
+        "calls_by_rank": {"1": 2, "2": 0, "3": 1, "4": 0, "5": 0, "6-10": 0, "11+": 0, "not_found": 1, "unsearched": 1},
+        "found_in_top_5": 0.75,
+        "found_first": 0.5,
     }
     assert payload["spawns"] == [
         {"mode": "full", "agent": "default", "spawns": 1, "tokens_sent": 3000, "tokens_saved": 0},

@@ -152,6 +152,7 @@ def test_every_alert_has_a_hold_time_a_severity_and_both_annotations() -> None:
     alerts = [rule for rule in load_rules() if "alert" in rule]
     assert {rule["alert"] for rule in alerts} == {
         "OrchestratorToolSearchMissRateHigh",
+        "OrchestratorToolSearchTop5ShareFalling",
         "OrchestratorHybridRankingFallingBack",
         "OrchestratorToolCallErrorRatioHigh",
         "OrchestratorToolModeCostsMore",

@@ -94,6 +94,8 @@ MISS_QUERY = "zzqx florble"
 # in 15 minutes and 10 calls to one server in 5.
 HITS = 12
 MISSES = 8
+SPAWN_SEARCHES = 1
+"""Of the HITS, made by the search-mode spawn (beside its expands) before its calls; the rest on `/mcp`."""
 EXPANDS = 2
 OK_CALLS_PER_SPAWN = 3
 FAILED_CALLS_PER_SPAWN = 2
@@ -102,6 +104,9 @@ CALLS = 2 * (OK_CALLS_PER_SPAWN + FAILED_CALLS_PER_SPAWN)
 """Calls to basic in one round."""
 FAILED_CALLS = 2 * FAILED_CALLS_PER_SPAWN
 PAGED_CALLS = 2 * PAGED_CALLS_PER_SPAWN
+SEARCH_SPAWN_CALLS = OK_CALLS_PER_SPAWN + FAILED_CALLS_PER_SPAWN + PAGED_CALLS_PER_SPAWN
+FOUND_SHARE = OK_CALLS_PER_SPAWN / SEARCH_SPAWN_CALLS
+"""Of the search-mode spawn's calls, those whose tool its search returned (first): echo's."""
 ROUNDS = 2  # warm-up and measured
 SEARCH_SESSION_ROUNDS = 4
 """Model rounds of the search-mode spawn: expands, echo calls, fail and paged calls, and the answer."""
@@ -158,7 +163,7 @@ async def _drive(base: str, index: int) -> Round:
         httpx2.AsyncClient(headers=admin_headers, timeout=HTTP_TIMEOUT_S) as http,
         Client(streamable_http_client(f"{base}/mcp", http_client=http)) as client,  # the SDK's HTTP client
     ):
-        for query, outcome, count in ((HIT_QUERY, "hit", HITS), (MISS_QUERY, "miss", MISSES)):
+        for query, outcome, count in ((HIT_QUERY, "hit", HITS - SPAWN_SEARCHES), (MISS_QUERY, "miss", MISSES)):
             for _ in range(count):
                 result = await client.call_tool("tool_search", {"query": query})
                 assert result.structured_content is not None and result.structured_content["outcome"] == outcome
@@ -184,8 +189,13 @@ async def _drive(base: str, index: int) -> Round:
                 if search:
                     assert listed == {"tool_search", "expand_tools", "call_tool"}
                     expand = partial(client.call_tool, "expand_tools", {"names": [f"{SERVER}__echo"]})
-                    for expanded in await _model_round([expand] * EXPANDS):
+                    find = partial(client.call_tool, "tool_search", {"query": HIT_QUERY})
+                    *expanded_all, found = await _model_round([expand] * EXPANDS + [find] * SPAWN_SEARCHES)
+                    for expanded in expanded_all:
                         assert not expanded.is_error, _text(expanded)
+                    # Only echo matches: its calls are found first, the others (fail, paged) not found.
+                    assert [hit["name"] for hit in found.structured_content["hits"]] == [f"{SERVER}__echo"]
+                    done.tools_returned += len(found.structured_content["hits"])
                 else:
                     assert f"{SERVER}__add" in listed and "tool_search" not in listed
                 echo = partial(call, f"{SERVER}__echo", {"text": "hi"})
@@ -443,6 +453,11 @@ def test_prometheus_holds_the_exact_counts_the_gateway_recorded(scenario: Scenar
         _labels(agent=FULL_AGENT, mode="full"): ROUNDS,
     }
     assert api.value("sum(mcp_tool_search_expanded_tools_total)") == ROUNDS * EXPANDS
+    # Search-mode calls by the called tool's rank in the spawn's search (full-mode calls are not counted).
+    assert api.query("sum by (rank) (mcp_tool_search_call_rank_total > 0)") == {
+        _labels(rank="1"): ROUNDS * OK_CALLS_PER_SPAWN,
+        _labels(rank="not_found"): ROUNDS * (FAILED_CALLS_PER_SPAWN + PAGED_CALLS_PER_SPAWN),
+    }
 
 
 def test_searched_outcomes_carry_a_ranking_and_no_empty_label_duplicates(scenario: Scenario) -> None:
@@ -472,12 +487,15 @@ def test_recording_rules_give_the_ratios_of_the_measured_traffic(scenario: Scena
         "job:mcp_tool_search_miss_ratio:rate15m": {job: MISSES / (HITS + MISSES)},
         "job:orchestrator_expands_per_search_spawn:increase1h": {job: EXPANDS},  # one search spawn a round
         "job_server:mcp_tool_call_error_ratio:rate5m": {server: FAILED_CALLS / CALLS, paged: 0.0},
+        "job:mcp_tool_search_call_top5_ratio:rate1h": {job: FOUND_SHARE},
+        "job:mcp_tool_search_call_top5_ratio:rate6h": {job: FOUND_SHARE},
     }
     # Increases are extrapolated to the window, so they exceed the measured round's count a little;
     # the warm-up round (counted in the first sample) must not be in them.
     at_least: dict[str, dict[Labels, int]] = {
         "job:mcp_tool_search_searches:increase15m": {job: HITS + MISSES},
         "job_server:mcp_tool_calls:increase5m": {server: CALLS, paged: PAGED_CALLS},
+        "job:mcp_tool_search_searched_calls:increase1h": {job: SEARCH_SPAWN_CALLS},
     }
     rules = {rule["record"]: rule["expr"] for rule in load_rules() if "record" in rule}
     for name, values in exact.items():
@@ -602,6 +620,10 @@ def test_every_dashboard_panel_shows_the_measured_traffic(scenario: Scenario) ->
         "Rounds per session by agent and mode": {
             "A": {labels: _approx(stats["session"]["rounds"]) for labels, stats in by_spawn.items()}
         },
+        "Search-mode calls found by the latest search (live hit@5 and hit@1)": {
+            "A": {nothing: _approx(FOUND_SHARE)},
+            "B": {nothing: _approx(FOUND_SHARE)},
+        },
         "Searches, expands and calls per session": {
             "A": {
                 labels | {("action", action)}: _approx(count)
@@ -623,6 +645,7 @@ def test_every_dashboard_panel_shows_the_measured_traffic(scenario: Scenario) ->
         },
         "tools/call duration by server (p95)": {_labels(server=SERVER), _labels(server=PAGED)},
         "Finished sessions by agent and mode": set(by_spawn),
+        "Search-mode calls by the called tool's rank": {_labels(rank="1"), _labels(rank="not_found")},
     }
     fallback_panels = {  # checked in the fallback test above
         "Searches answered lexically instead of hybrid",

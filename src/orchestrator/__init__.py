@@ -35,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "StoreSettings": "._config",
     "TelemetrySettings": "._config",
     "ToolSearchSettings": "._config",
+    "TraceSettings": "._config",
     "load_config": "._config",
     "load_settings": "._config",
     # errors
@@ -84,6 +85,7 @@ _EXPORTS: dict[str, str] = {
     "MultilingualEncoder": ".search._embedding",
     "SemanticScorer": ".search._embedding",
     "ToolVectors": ".search._embedding",
+    "BlendParts": ".search._embedding.blend",
     "TokenCounter": "._tokens",
     # planning
     "ToolPlan": "._planning",
@@ -91,6 +93,16 @@ _EXPORTS: dict[str, str] = {
     "SpawnPlanner": "._planning",
     "ProfileFilter": "._planning",
     "TaskHistory": "._history",
+    # learning from use
+    "Trace": "._traces",
+    "TraceStore": "._traces",
+    "TraceStats": "._traces",
+    "TraceRecorder": "._traces",
+    "parse_trace": "._traces",
+    "redact": "._redaction",
+    "TraceEvidence": ".search._evidence",
+    "LearnedEvidence": ".search._evidence",
+    "EvidenceSource": ".search._evidence",
     # meta-tools, their events and provider formats
     "MetaTools": "._meta_tools",
     "MetaStats": "._meta_tools",
@@ -153,6 +165,7 @@ if _TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__`
         StoreSettings,
         TelemetrySettings,
         ToolSearchSettings,
+        TraceSettings,
         load_config,
         load_settings,
     )
@@ -190,10 +203,12 @@ if _TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__`
         meta_tool_definitions,
     )
     from ._planning import ProfileFilter, SpawnPlan, SpawnPlanner, ToolPlan
+    from ._redaction import redact
     from ._spawnlog import SpawnLog, SpawnLogStore, SpawnRecord
     from ._store import Store, StoreError, open_store
     from ._telemetry import CallResult, SearchOutcome, Telemetry, setup_telemetry
     from ._tokens import TokenCounter
+    from ._traces import Trace, TraceRecorder, TraceStats, TraceStore, parse_trace
     from .protocols.mcp._catalog import ToolCatalog, ToolEntry
     from .protocols.mcp._manager import Listener, MCPManager
     from .protocols.mcp._pins import HeldKind, HeldTool, PinBook, ToolGuard
@@ -204,7 +219,9 @@ if _TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__`
     from .protocols.mcp._transports import TransportFactory
     from .search._blend import ScoreBlend
     from .search._embedding import EmbeddingRuntime, MultilingualEncoder, SemanticScorer, ToolVectors
+    from .search._embedding.blend import BlendParts
     from .search._engine import Ranked, SearchHit, ToolSearchEngine
+    from .search._evidence import EvidenceSource, LearnedEvidence, TraceEvidence
 
 
 def __getattr__(name: str) -> _Any:

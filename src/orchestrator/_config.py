@@ -46,6 +46,8 @@ __all__ = [
     "CONFIG_ENV_VAR",
     "DEFAULT_CONFIG_NAME",
     "ENV_PREFIX",
+    "REDACTED",
+    "SECRET_KEYS",
     "AgentProfile",
     "EmbeddingSettings",
     "GatewaySettings",
@@ -59,6 +61,7 @@ __all__ = [
     "TelemetrySettings",
     "ToolSearchOverrides",
     "ToolSearchSettings",
+    "TraceSettings",
     "effective_values",
     "load_config",
     "load_settings",
@@ -177,6 +180,31 @@ class ServerConfig(_Model):
         return shutil.which(self.command) or self.command
 
 
+class TraceSettings(_Model):
+    """`mcp.tool_search.traces`: learning from use. What spawns searched for before the tools they called
+    without error becomes evidence for those tools in later searches, and tools that similar earlier tasks
+    called are pinned for a new spawn (docs/tool-search.md#learning-from-use)."""
+
+    enabled: bool = True
+    """Record each spawn's searches and successful calls in the store, and rank and plan with them."""
+    min_spawns: int = Field(2, ge=1)
+    """Distinct spawns that must have called a tool before anything learned about it counts (1 lets a single
+    spawn steer what others see)."""
+    half_life_days: float = Field(30.0, gt=0)
+    """A trace counts half as much after this many days."""
+    retention_days: float = Field(90.0, gt=0)
+    """Traces older than this are dropped."""
+    max_per_tool: int = Field(64, ge=1, le=10_000)
+    """Traces kept per tool (one per spawn, its latest); the oldest go first."""
+    max_total: int = Field(50_000, ge=1)
+    """Traces kept in all; the oldest go first."""
+    refresh_s: float = Field(60.0, ge=0)
+    """How often a gateway re-reads the traces every replica recorded (0: before every search)."""
+    pin_similar_tasks: bool = True
+    """A spawn whose task resembles earlier tasks gets the tools they called pinned (within
+    `directory_budget_tokens`), besides its own task's recently called tools."""
+
+
 class ToolSearchSettings(_Model):
     """`mcp.tool_search`: when to ship the full catalog and how search mode behaves."""
 
@@ -215,6 +243,8 @@ class ToolSearchSettings(_Model):
     """Most tool definitions one spawn is sent; a visible catalog with more goes to search mode whatever
     its tokens (OpenAI takes 128 tools per request). Unset: the limit of the profile's client (`codex`:
     100), else none."""
+    traces: TraceSettings = Field(default_factory=TraceSettings)
+    """Learning from use: recording searches and calls, and ranking and planning with them."""
 
     @field_validator("ranking", mode="before")
     @classmethod
@@ -691,7 +721,9 @@ def _one_line(text: str) -> str:
 # --------------------------------------------------------------------------- show
 
 _SECRET_PARENTS = {"env", "headers"}
-_SECRET_LEAVES = {"token", "signing_key"}
+SECRET_KEYS = frozenset({"token", "signing_key"})
+"""Setting names whose values are secrets (`config show` redacts them; request text redaction in
+`_redaction.py` treats a value written after one of them as a secret too)."""
 _SECRET_PATHS = {("store", "url")}
 # A Redis URL may carry its password.
 
@@ -710,6 +742,6 @@ def _walk(node: Any, prefix: tuple[str, ...], loaded: LoadedConfig, redact: bool
     value = node
     if redact and prefix and prefix[-1] in _SECRET_PARENTS and isinstance(node, dict):
         value = {key: REDACTED for key in node}
-    elif redact and prefix and (prefix[-1] in _SECRET_LEAVES or prefix in _SECRET_PATHS) and node is not None:
+    elif redact and prefix and (prefix[-1] in SECRET_KEYS or prefix in _SECRET_PATHS) and node is not None:
         value = REDACTED
     yield ".".join(prefix), value, loaded.source_of(prefix)

@@ -26,6 +26,7 @@ __all__ = [
     "MetaEvent",
     "RankedTool",
     "SearchEvent",
+    "rank_label",
 ]
 
 
@@ -117,3 +118,13 @@ class CallEvent(MetaEvent):
 EventListener = Callable[[MetaEvent], None]
 """Receives every event of a `MetaTools`; runs where the request's CPU work runs (a gateway's worker
 pool), so a listener may write a file but must not block for long."""
+
+
+def rank_label(rank: int | None) -> str:
+    """Where a called tool stood in the search before the call, as metrics and trace statistics group it:
+    "1".."5", "6-10", "11+", or "not_found" (None: that search did not return it)."""
+    if rank is None:
+        return "not_found"
+    if rank <= 5:
+        return str(rank)
+    return "6-10" if rank <= 10 else "11+"

@@ -327,7 +327,7 @@ class MetaTools:
         self.caller = caller or Caller()
         self.stats = MetaStats()
         self._listeners: tuple[EventListener, ...] = (
-            telemetry_listener(telemetry if telemetry is not None else engine.telemetry),
+            telemetry_listener(telemetry if telemetry is not None else engine.telemetry, search_offered),
             self.stats,
             *listeners,
         )

@@ -35,6 +35,7 @@ COMMAND_MODULES: dict[str, str] = {
     "demo": "demo",
     "config": "config_cmd",
     "tools": "tools",
+    "traces": "traces",
 }
 """Each top-level command and the module whose `register(app)` adds it, in the order `--help` lists them
 (typer's order: commands, then groups). tests/test_cli_startup.py holds it to what the modules register."""

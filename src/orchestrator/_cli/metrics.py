@@ -12,7 +12,7 @@ import errno
 import os
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -57,6 +57,7 @@ class _SeriesNames:
     call_seconds: str
     catalog_tools: str
     catalog_tokens: str
+    call_rank: str
 
 
 def _series_names() -> _SeriesNames:
@@ -75,6 +76,7 @@ def _series_names() -> _SeriesNames:
         call_seconds=names.CLIENT_OPERATION_DURATION.replace(".", "_") + "_seconds",
         catalog_tools=names.CATALOG_TOOLS,
         catalog_tokens=names.CATALOG_TOKENS,
+        call_rank=f"{names.SEARCH_CALL_RANK}_total",
     )
 
 
@@ -92,6 +94,12 @@ class SearchSummary:
     """Full schemas handed over by those calls."""
     avg_results: float | None
     avg_latency_s: float | None
+    calls_by_rank: dict[str, int] = field(default_factory=dict)
+    """Search-mode tool calls by the called tool's rank in the agent's latest search (`mcp_tool_search_call_rank`)."""
+    found_in_top_5: float | None = None
+    """Share of search-mode calls made after a search whose tool that search ranked in the top 5 (live hit@5)."""
+    found_first: float | None = None
+    """The same share at rank 1 (live hit@1)."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +167,7 @@ def summarize(text: str, url: str = "") -> MetricsSummary:
         expanded_tools=int(total(names.expanded)),
         avg_results=_ratio(total(f"{names.search_results}_sum"), total(f"{names.search_results}_count")),
         avg_latency_s=_ratio(total(f"{names.search_seconds}_sum"), total(f"{names.search_seconds}_count")),
+        **_call_ranks({labels.get("rank", ""): 0 for labels, _ in values.get(names.call_rank, [])}, total, names),
     )
 
     spawn_keys = sorted(
@@ -210,6 +219,18 @@ def summarize(text: str, url: str = "") -> MetricsSummary:
         calls=calls,
         catalog=catalog,
     )
+
+
+def _call_ranks(ranks: dict[str, int], total: Any, names: _SeriesNames) -> dict[str, Any]:
+    """The call-rank figures of SearchSummary from the `rank` series present."""
+    counts = {rank: int(total(names.call_rank, rank=rank)) for rank in ranks if rank}
+    searched = sum(count for rank, count in counts.items() if rank != "unsearched")
+    top5 = sum(counts.get(rank, 0) for rank in ("1", "2", "3", "4", "5"))
+    return {
+        "calls_by_rank": counts,
+        "found_in_top_5": _ratio(top5, searched),
+        "found_first": _ratio(counts.get("1", 0), searched),
+    }
 
 
 def _matches(labels: dict[str, str], match: dict[str, str]) -> bool:
@@ -311,6 +332,10 @@ def print_summary(summary: MetricsSummary) -> None:
             ("expands per search-mode spawn", _ratio_text(summary.expands_per_search_spawn)),
             ("avg results per search", _ratio_text(search.avg_results)),
             ("avg search latency", _duration(search.avg_latency_s)),
+            ("search-mode calls found first (live hit@1)", _percent(search.found_first)),
+            ("search-mode calls found in the top 5 (live hit@5)", _percent(search.found_in_top_5)),
+            ("calls whose tool the latest search missed", _count(search.calls_by_rank.get("not_found", 0))),
+            ("calls without a search before them", _count(search.calls_by_rank.get("unsearched", 0))),
         ],
     )
     console.print()

@@ -23,8 +23,11 @@ from ._common import EXIT_FAILED, console, err_console, loaded_config, print_jso
 if TYPE_CHECKING:
     from .._config import Settings
     from .._planning import ToolPlan
+    from .._traces import Trace
     from ..protocols.mcp._catalog import ToolCatalog
+    from ..search._embedding import EmbeddingRuntime
     from ..search._evaluation import EvalReport
+    from ..search._evidence import TraceEvidence
 
 __all__ = ["load_catalog", "register"]
 
@@ -209,6 +212,16 @@ def eval_queries(
     catalog: CatalogOption = None,
     k: Annotated[int, typer.Option("-k", min=1, help="Cut-off for hit@k and recall@k.")] = 5,
     ranking: RankingOption = None,
+    traces: Annotated[
+        Path | None,
+        typer.Option(
+            "--traces",
+            help="Rank with these search traces (JSON lines, as `traces export` writes) applied, in a temporary "
+            "store: the configured one is never read or written.",
+            exists=True,
+            dir_okay=False,
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Ranking quality on a query set: hit@1, hit@k, recall@k and MRR (hit@k: any gold tool in the top k)."""
@@ -218,16 +231,43 @@ def eval_queries(
 
     settings = loaded_config(ctx).settings
     query_list = load_queries(queries)
+    learned = _read_learned(traces) if traces is not None else None
     tools = load_catalog(settings, catalog, quiet=as_json)
     with EmbeddingRuntime.from_settings(settings) as embeddings:
-        engine = ToolSearchEngine(tools, settings.mcp.tool_search, ranking=ranking, embeddings=embeddings)
+        evidence = _evidence(settings, learned, embeddings, ranking) if learned is not None else None
+        engine = ToolSearchEngine(
+            tools, settings.mcp.tool_search, ranking=ranking, embeddings=embeddings, evidence=evidence
+        )
         with progress(f"Running {len(query_list)} queries…", enabled=not as_json):
             engine.warm()  # hybrid: embed uncached tools first, so every query is ranked the way it reports
+            if evidence is not None:
+                evidence.warm()
             report = evaluate(engine.search, tools, query_list, k)
     if as_json:
         print_json({**report.to_dict(), "ranking": engine.ranking_used})
     else:
         _print_report(report, k)
+
+
+def _read_learned(path: Path) -> list[Trace]:
+    from .traces import read_traces
+
+    return read_traces(path)[0]
+
+
+def _evidence(
+    settings: Settings, learned: list[Trace], embeddings: EmbeddingRuntime, ranking: Ranking | None
+) -> TraceEvidence:
+    """Evidence from `learned` held in a temporary in-memory store (redacted and bounded as a gateway's)."""
+    from .._store import MemoryStore
+    from .._traces import TraceStore
+    from ..search._evidence import TraceEvidence, trace_vectors
+
+    learning = settings.mcp.tool_search.traces
+    store = TraceStore(MemoryStore(), learning)
+    store.record(learned)
+    hybrid = (ranking or settings.mcp.tool_search.ranking) == "hybrid"
+    return TraceEvidence(store.load, learning, vectors=(lambda: trace_vectors(embeddings)) if hybrid else None)
 
 
 SWEEP_THRESHOLDS = (0, 1000, 2000, 4000, 6000, 8000, 12000, 16000, 24000, 32000, 64000, 128000)

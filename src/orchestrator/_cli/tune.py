@@ -34,14 +34,17 @@ if TYPE_CHECKING:
     from ..protocols.mcp._catalog import ToolCatalog
 
 __all__ = [
+    "MIN_SEARCHED_CALLS",
     "MIN_SESSIONS",
     "AgentAdvice",
     "ModeFigures",
     "PinAdvice",
+    "SearchQuality",
     "TuneReport",
     "analyze_prometheus",
     "analyze_records",
     "register",
+    "search_quality",
 ]
 
 MIN_SESSIONS = 5
@@ -56,6 +59,14 @@ DEFAULT_WINDOW = "7d"
 PROMETHEUS_TIMEOUT_S = 10.0
 """One instant query on a local Prometheus takes milliseconds; past this it is not answering."""
 MODES = ("full", "search")
+MIN_SEARCHED_CALLS = 20
+"""Search-mode calls after a search below which search quality is reported but not judged."""
+TOP5_TARGET = 0.8
+"""Share of searched calls whose tool the search ranked in the top 5, below which tune says how to raise it
+(the development sets' hybrid hit@5 is 0.87-0.92 on requests written as tasks)."""
+BEYOND5_SHARE = 0.1
+"""Share of searched calls that picked a tool ranked 6th or lower above which a larger `search_limit` pays."""
+TOP5_RANKS = ("1", "2", "3", "4", "5")
 
 
 @dataclass(frozen=True)
@@ -112,6 +123,20 @@ class AgentAdvice:
     """Why there is no recommendation (too few sessions), when there is none."""
 
 
+@dataclass(frozen=True)
+class SearchQuality:
+    """Where the tools search-mode agents called stood in their latest search (`mcp_tool_search_call_rank`,
+    or the trace store): hit@k on live traffic, without labels."""
+
+    source: str
+    calls_by_rank: dict[str, int]
+    searched_calls: int
+    """Calls made after a search (`unsearched` left out)."""
+    found_first: float | None
+    found_in_top_5: float | None
+    advice: str
+
+
 @dataclass
 class TuneReport:
     source: str
@@ -122,6 +147,7 @@ class TuneReport:
     first_problem: str | None = None
     message: str | None = None
     """Set when no profile has enough sessions for advice."""
+    search_quality: SearchQuality | None = None
 
 
 # --------------------------------------------------------------------------- analysis (pure)
@@ -304,6 +330,45 @@ def _pins(
     return pins
 
 
+def search_quality(counts: dict[str, int], settings: Settings, *, source: str) -> SearchQuality:
+    """How well search finds what agents call, and what to change when it does not (pure)."""
+    searched = sum(count for rank, count in counts.items() if rank != "unsearched")
+    top5 = sum(counts.get(rank, 0) for rank in TOP5_RANKS)
+    beyond = counts.get("6-10", 0) + counts.get("11+", 0)
+    found_in_top_5 = top5 / searched if searched else None
+    search = settings.mcp.tool_search
+    if searched < MIN_SEARCHED_CALLS:
+        advice = f"{searched} calls after a search: need at least {MIN_SEARCHED_CALLS} to judge search quality"
+    elif found_in_top_5 is not None and found_in_top_5 < TOP5_TARGET:
+        learning = (
+            "learning from use is on (mcp.tool_search.traces): it ranks what agents call higher as spawns repeat "
+            "requests; "
+            if search.traces.enabled
+            else "turn learning from use on (mcp.tool_search.traces.enabled: true) so searches rank what agents call; "
+        )
+        advice = (
+            f"only {found_in_top_5:.0%} of the {searched:,} calls after a search went to a tool that search ranked "
+            f"in the top 5 (target {TOP5_TARGET:.0%}): {learning}pin the tools most sessions need (above)"
+        )
+        if search.ranking == "lexical":
+            advice += ", and rank with hybrid (mcp.tool_search.ranking: hybrid)"
+    elif beyond / searched >= BEYOND5_SHARE and search.search_limit < 10:
+        advice = (
+            f"{beyond / searched:.0%} of calls went to a tool ranked 6th or lower: raise mcp.tool_search.search_limit "
+            f"from {search.search_limit} to 10"
+        )
+    else:
+        advice = f"search finds what agents call: {found_in_top_5:.0%} of {searched:,} calls in the top 5"
+    return SearchQuality(
+        source=source,
+        calls_by_rank=dict(counts),
+        searched_calls=searched,
+        found_first=counts.get("1", 0) / searched if searched else None,
+        found_in_top_5=found_in_top_5,
+        advice=advice,
+    )
+
+
 def _report(source: str, advice: list[AgentAdvice], sessions: int, **extra: Any) -> TuneReport:
     report = TuneReport(source=source, sessions=sessions, agents=advice, **extra)
     if sessions == 0:
@@ -332,6 +397,7 @@ def analyze_prometheus(
     profile's catalog had its current size over the window: full mode's cost is rounds x that size."""
     from .._errors import ConfigError
 
+    ranks = series.pop("call_rank", None)
     agents = sorted({key[0] for values in series.values() for key in values if agent is None or key[0] == agent})
     advice = []
     total = 0.0
@@ -393,7 +459,12 @@ def analyze_prometheus(
                 f"profile gets {item.mode_recommended} mode (now {current.mode} at {current.threshold:,})."
             )
         advice.append(item)
-    return _report(source, advice, round(total))
+    quality = (
+        search_quality({rank: round(value) for (rank, _), value in ranks.items()}, settings, source=source)
+        if ranks
+        else None
+    )
+    return _report(source, advice, round(total), search_quality=quality)
 
 
 # --------------------------------------------------------------------------- I/O
@@ -426,6 +497,7 @@ async def query_prometheus(url: str, window: str) -> dict[str, dict[tuple[str, s
         name: f"sum by (agent, mode) (increase({metric}[{window}]))" for name, metric in _PROMETHEUS_QUERIES.items()
     }
     queries["actions"] = f"sum by (agent, mode, action) (increase(orchestrator_session_actions_total[{window}]))"
+    queries["call_rank"] = f"sum by (rank) (increase(mcp_tool_search_call_rank_total[{window}]))"
     try:
         async with httpx2.AsyncClient(trust_env=False, timeout=PROMETHEUS_TIMEOUT_S) as client:
             for name, query in queries.items():
@@ -440,9 +512,12 @@ async def query_prometheus(url: str, window: str) -> dict[str, dict[tuple[str, s
                 for item in body["data"]["result"]:
                     labels = item["metric"]
                     key = name if name != "actions" else f"actions:{labels.get('action', '')}"
-                    found.setdefault(key, {})[(labels.get("agent", ""), labels.get("mode", ""))] = float(
-                        item["value"][1]
+                    who = (
+                        (labels.get("rank", ""), "")
+                        if name == "call_rank"
+                        else (labels.get("agent", ""), labels.get("mode", ""))
                     )
+                    found.setdefault(key, {})[who] = float(item["value"][1])
     except httpx2.HTTPError as exc:
         raise OrchestratorError(f"prometheus {base}: cannot query it: {exc or type(exc).__name__}") from None
     return found
@@ -496,9 +571,27 @@ def print_report(report: TuneReport) -> None:
             console.print(f"  {pin.tool}: {pin.reason}", markup=False)
         if item.pins_reason:
             console.print(f"  {item.pins_reason}", markup=False)
+    if report.search_quality is not None:
+        _print_quality(report.search_quality)
     if report.message:
         console.print("", markup=False)
         console.print(report.message, markup=False)
+
+
+def _print_quality(quality: SearchQuality) -> None:
+    console.print("", markup=False)
+    console.print(
+        f"search quality ({quality.source}): calls by the called tool's rank in the latest search", markup=False
+    )
+    order = ["1", "2", "3", "4", "5", "6-10", "11+", "not_found", "unsearched"]
+    print_table(["rank", "calls"], [(rank, f"{quality.calls_by_rank.get(rank, 0):,}") for rank in order])
+    if quality.found_in_top_5 is not None and quality.found_first is not None:
+        console.print(
+            f"found first {quality.found_first:.1%}, in the top 5 {quality.found_in_top_5:.1%} "
+            f"of {quality.searched_calls:,} calls after a search",
+            markup=False,
+        )
+    console.print(f"search: {quality.advice}", markup=False)
 
 
 def _read_log(settings: Settings, path: Path, *, shared: bool) -> tuple[SpawnLogRead | None, str]:
@@ -518,6 +611,23 @@ def _read_log(settings: Settings, path: Path, *, shared: bool) -> tuple[SpawnLog
         finally:
             store.close()
     return (read_spawn_log(path) if path.exists() else None), str(path)
+
+
+def _traced_quality(settings: Settings) -> SearchQuality | None:
+    """Search quality from the trace store (the ranks of the calls learned from), when it holds any."""
+    if not settings.mcp.tool_search.traces.enabled:
+        return None
+    from .._store import open_store
+    from .._traces import TraceStore
+
+    store = open_store(settings)
+    try:
+        stats = TraceStore(store, settings.mcp.tool_search.traces).stats()
+    finally:
+        store.close()
+    if not stats.traces:
+        return None
+    return search_quality(stats.found_at, settings, source="the search traces (successful calls after a search)")
 
 
 def _difference(saved: int) -> str:
@@ -585,6 +695,7 @@ def register(app: typer.Typer) -> None:
                 report = analyze_records(read.records, settings, tools, source=source, agent=agent)
             if read is not None:
                 report.skipped_lines, report.first_problem = read.skipped, read.first_problem
+            report.search_quality = _traced_quality(settings)
         if as_json:
             print_json(asdict(report))
         else:

@@ -47,12 +47,14 @@ from .._planning import SpawnPlanner
 from .._spawnlog import SpawnLog
 from .._store import MemoryStore, Store
 from .._telemetry import Telemetry
+from .._traces import TraceStore
 from .._version import __version__
 from ..protocols.mcp._catalog import ToolCatalog
 from ..search._embedding import EmbeddingRuntime
 from .app import serve
 from .auth import Credentials, SpawnClaims
 from .handlers import GatewayHandlers
+from .learning import GatewayLearning
 from .sessions import SessionAccounting
 from .spawns import SpawnHandle, SpawnRegistry, counts_listener
 from .views import AgentView, SpawnContext, Upstream
@@ -100,6 +102,9 @@ class Gateway:
             `gateway.token` a new secret, with no `gateway.signing_key` a key of this process only).
         store: the open spawns, revocations and per-spawn counts that replicas share (default: in
             memory, one process; `open_store(settings)` for files or Redis).
+        traces: where search traces are recorded and read (default: in `store`; none when
+            `mcp.tool_search.traces.enabled` is false): every spawn's searches and successful calls
+            become evidence in every profile's ranking.
 
     Raises:
         ConfigError: `agent` names no profile.
@@ -117,6 +122,7 @@ class Gateway:
         spawn_log: SpawnLog | None = None,
         credentials: Credentials | None = None,
         store: Store | None = None,
+        traces: TraceStore | None = None,
     ) -> None:
         settings.agent(agent)  # unknown profile -> ConfigError now, not at the first request
         self.settings = settings
@@ -129,6 +135,11 @@ class Gateway:
         self._owned_embeddings = EmbeddingRuntime.from_settings(settings) if embeddings is None else None
         self.embeddings = embeddings if embeddings is not None else self._owned_embeddings
         self.planner = SpawnPlanner(settings, telemetry=self.telemetry)
+        self.learning = GatewayLearning(
+            settings, self.store, embeddings=self.embeddings, planner=self.planner, view=self._view, traces=traces
+        )
+        self.traces = self.learning.traces
+        self.evidence = self.learning.evidence
         self.sessions = SessionAccounting(
             self.planner,
             self.telemetry,
@@ -142,7 +153,16 @@ class Gateway:
         self._views: dict[tuple[str, ClientKind | None], AgentView] = {}
         self._bus = InMemorySubscriptionBus()
         self._notified_version: str | None = None
-        self.spawns = SpawnRegistry(settings, self.credentials, self.store, self.history, self.sessions, self._context)
+        self.spawns = SpawnRegistry(
+            settings,
+            self.credentials,
+            self.store,
+            self.history,
+            self.sessions,
+            self._context,
+            learned_pins=self.learning.similar_task_pins,
+            finished=self.learning.remember_task,
+        )
         default = self._context(None, None, "", "", agent, [])
         self.handlers = GatewayHandlers(default, self.spawns.context, manager, self.run_sync)
         self.server = self._lowlevel_server()
@@ -232,6 +252,11 @@ class Gateway:
         for server, (tools, tokens) in sorted(sizes.items()):
             self.telemetry.record_catalog(server, tools, tokens)
 
+    def forget_departed_tools(self) -> int:
+        """Drop the traces of tools that left the catalog (`GatewayLearning.forget_departed_tools`); reads
+        and writes the store."""
+        return self.learning.forget_departed_tools(self.catalog())
+
     def _view(self, agent: str, client: ClientKind | None = None) -> AgentView:
         with self._lock:
             view = self._views.get((agent, client))
@@ -245,6 +270,7 @@ class Gateway:
                     telemetry=self.telemetry,
                     held=self.manager.held_tools,
                     client=client,
+                    evidence=self.evidence,
                 )
             return view
 
@@ -262,6 +288,9 @@ class Gateway:
         `client`: the endpoint as a client of that kind sees it (`SpawnContext.for_client`)."""
         view = self._view(agent, client)
         listeners: list[EventListener] = []
+        recorder = self.learning.listener(view)
+        if recorder is not None:
+            listeners.append(recorder)
         if spawn_id is not None:
             listeners.append(_history_listener(self.history, task_id))
             if expires is not None:
@@ -346,6 +375,7 @@ class Gateway:
         loads the model (about 0.5 s): run it off the event loop.
         """
         warmed = 0
+        self.learning.refresh(self.catalog())
         for agent in ("default", *self.settings.agents):  # every profile a spawn may ask for, not only seen ones
             try:
                 self._view(agent)

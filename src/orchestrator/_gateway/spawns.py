@@ -35,7 +35,7 @@ from .auth import CredentialError, Credentials, SpawnClaims, SpawnClosedError, S
 from .sessions import SessionAccounting
 from .views import SpawnContext
 
-__all__ = ["COUNT_KEYS", "ContextFactory", "SpawnHandle", "SpawnRegistry", "counts_listener"]
+__all__ = ["COUNT_KEYS", "ContextFactory", "Finished", "LearnedPins", "SpawnHandle", "SpawnRegistry", "counts_listener"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,10 @@ COUNT_KEYS = ("searches", "expands", "calls", "errors")
 
 ContextFactory = Callable[[str | None, float | None, str, str, str, list[str]], SpawnContext]
 """Builds an endpoint's context: (spawn id, expiry, task, task id, agent, recent tools)."""
+LearnedPins = Callable[[str, str, str, list[str]], list[str]]
+"""Tools to pin for a new spawn beside its task's recent ones: (task, task id, agent, recent) -> names."""
+Finished = Callable[[SpawnContext], None]
+"""Hears each spawn this replica finishes (closed, expired, or the gateway stopping)."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,8 @@ class SpawnRegistry:
         history: the tasks' recently called tools, pinned in later spawns of the same task.
         sessions: records each finished spawn's session.
         new_context: builds a spawn's context (its view, meta-tools and listeners).
+        learned_pins: tools similar earlier tasks called, pinned beside the task's own recent tools.
+        finished: hears each finished spawn (task memory learns from it).
     """
 
     def __init__(
@@ -108,8 +114,13 @@ class SpawnRegistry:
         history: TaskHistory,
         sessions: SessionAccounting,
         new_context: ContextFactory,
+        *,
+        learned_pins: LearnedPins | None = None,
+        finished: Finished | None = None,
     ) -> None:
         self._settings = settings
+        self._learned_pins = learned_pins
+        self._finished = finished
         self._credentials = credentials
         self._store = store
         self._history = history
@@ -141,6 +152,8 @@ class SpawnRegistry:
         task_id = task_id or task_key(task)
         gw = self._settings.gateway
         recent = self._history.recent(task_id)
+        if self._learned_pins is not None:
+            recent += [name for name in self._learned_pins(task, task_id, agent, recent) if name not in recent]
         with self._open_lock:
             if len(self._store.scan("spawns")) >= gw.max_open_spawns:
                 raise SpawnLimitError(
@@ -288,6 +301,8 @@ class SpawnRegistry:
     def _finish(self, context: SpawnContext, ended: str) -> SessionCost | None:
         """Record a spawn's session once it is out of `_spawns` (closed, expired or the gateway stopping), with
         the plan its client was served (a handshake-named client may have had its own variant)."""
+        if self._finished is not None:
+            self._finished(context)
         served = context.active or context
         return self._sessions.finish(served, served.current_plan(), ended)
 

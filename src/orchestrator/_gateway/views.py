@@ -36,6 +36,7 @@ from ..protocols.mcp._session import LogSink
 from ..protocols.mcp._status import ServerStatus
 from ..search._embedding import EmbeddingRuntime
 from ..search._engine import ToolSearchEngine
+from ..search._evidence import EvidenceSource
 
 __all__ = ["SCOPE_KEY", "AgentView", "SpawnContext", "Upstream"]
 
@@ -98,6 +99,7 @@ class AgentView:
         telemetry: Telemetry,
         held: Callable[[], list[HeldTool]] | None = None,
         client: ClientKind | None = None,
+        evidence: EvidenceSource | None = None,
     ) -> None:
         self.agent = agent
         self._settings = settings
@@ -119,7 +121,9 @@ class AgentView:
         self._planner = planner
         self._visible: tuple[str, ToolCatalog] | None = None
         self._names: tuple[str, ClientNames] | None = None
-        self.engine = ToolSearchEngine(self.visible, self.search_settings, embeddings=embeddings, telemetry=telemetry)
+        self.engine = ToolSearchEngine(
+            self.visible, self.search_settings, embeddings=embeddings, telemetry=telemetry, evidence=evidence
+        )
 
     def visible(self) -> ToolCatalog:
         full = self._catalog()
@@ -135,6 +139,11 @@ class AgentView:
         if cached is None or cached[0] != visible.version:
             cached = self._names = (visible.version, ClientNames(visible, self.budget))
         return cached[1]
+
+    def own_name(self, name: str) -> tuple[str, str] | None:
+        """(server, the tool's own name there) of a qualified name this profile sees (search traces)."""
+        entry = self.visible().lookup(name)
+        return (entry.server, entry.tool) if entry is not None else None
 
     def qualified(self, name: str) -> str | None:
         """The qualified name behind a name this client was given (None: not one of them)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .events import telemetry_listener
 from .exporters import setup_telemetry, telemetry_session
 from .instruments import (
+    CALL_RANKS,
     CALL_RESULTS,
     CATALOG_TOKENS,
     CATALOG_TOOLS,
@@ -12,6 +13,7 @@ from .instruments import (
     FALLBACK_KINDS,
     METER_NAME,
     RANKINGS,
+    SEARCH_CALL_RANK,
     SEARCH_DURATION,
     SEARCH_EXPANDED_TOOLS,
     SEARCH_INVOCATIONS,
@@ -29,6 +31,7 @@ from .instruments import (
 )
 
 __all__ = [
+    "CALL_RANKS",
     "CALL_RESULTS",
     "CATALOG_TOKENS",
     "CATALOG_TOOLS",
@@ -36,6 +39,7 @@ __all__ = [
     "FALLBACK_KINDS",
     "METER_NAME",
     "RANKINGS",
+    "SEARCH_CALL_RANK",
     "SEARCH_DURATION",
     "SEARCH_EXPANDED_TOOLS",
     "SEARCH_INVOCATIONS",

@@ -24,6 +24,7 @@ from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.trace import Span
 
 __all__ = [
+    "CALL_RANKS",
     "CALL_RESULTS",
     "CATALOG_TOKENS",
     "CATALOG_TOOLS",
@@ -32,6 +33,7 @@ __all__ = [
     "HELD_KINDS",
     "METER_NAME",
     "RANKINGS",
+    "SEARCH_CALL_RANK",
     "SEARCH_DURATION",
     "SEARCH_EXPANDED_TOOLS",
     "SEARCH_INVOCATIONS",
@@ -93,6 +95,11 @@ FALLBACK_KINDS: tuple[str, ...] = (
 `SemanticUnavailable` kinds, `warming` while the catalog's vectors are computed, `blend_failed` for a
 custom ScoreBlend that raised."""
 
+CALL_RANKS: tuple[str, ...] = ("1", "2", "3", "4", "5", "6-10", "11+", "not_found", "unsearched")
+"""Where the tool a search-mode agent called stood in its latest `tool_search` (`rank` attribute of
+`mcp_tool_search_call_rank`): its rank, `not_found` when that search did not return it, `unsearched` when the
+agent had not searched yet (a pinned tool). hit@k on live traffic, without labels."""
+
 METER_NAME = "orchestrator"
 """Instrumentation scope of every project metric and span."""
 
@@ -101,6 +108,7 @@ SEARCH_INVOCATIONS = "mcp_tool_search_invocations"
 SEARCH_DURATION = "mcp_tool_search_duration"
 SEARCH_RESULTS = "mcp_tool_search_results"
 SEARCH_EXPANDED_TOOLS = "mcp_tool_search_expanded_tools"
+SEARCH_CALL_RANK = "mcp_tool_search_call_rank"
 SPAWNS = "orchestrator_spawns"
 SPAWN_TOKENS_SENT = "orchestrator_spawn_tokens_sent"
 SPAWN_TOKENS_SAVED = "orchestrator_spawn_tokens_saved"
@@ -144,6 +152,7 @@ class _SearchInstruments:
     duration: metrics.Histogram
     results: metrics.Histogram
     expanded_tools: metrics.Counter
+    call_rank: metrics.Counter
 
     @classmethod
     def create(cls, meter: metrics.Meter) -> _SearchInstruments:
@@ -170,6 +179,11 @@ class _SearchInstruments:
                 unit="{tool}",
                 description="Full schemas handed over by expand_tools",
             ),
+            call_rank=meter.create_counter(
+                SEARCH_CALL_RANK,
+                unit="{call}",
+                description="Tool calls in search mode, by the called tool's rank in the agent's latest tool_search",
+            ),
         )
 
     def start_outcomes_at_zero(self) -> None:
@@ -180,6 +194,8 @@ class _SearchInstruments:
             for outcome in ("hit", "miss"):
                 self.invocations.add(0, {"outcome": outcome, "ranking": ranking})
         self.invocations.add(0, {"outcome": "expand"})
+        for rank in CALL_RANKS:
+            self.call_rank.add(0, {"rank": rank})
 
 
 @dataclass(frozen=True)
@@ -382,6 +398,12 @@ class Telemetry:
         """One expand_tools call that handed over `count` schemas (counted as outcome `expand`)."""
         self._search.invocations.add(1, {"outcome": "expand"})
         self._search.expanded_tools.add(max(0, count))
+
+    def record_call_rank(self, rank: str) -> None:
+        """One tool call in search mode, by where the tool stood in the agent's latest search (one of
+        CALL_RANKS: "1".."5", "6-10", "11+", "not_found", "unsearched")."""
+        _check(rank, CALL_RANKS, "call rank")
+        self._search.call_rank.add(1, {"rank": rank})
 
     def record_spawn(self, mode: str, agent: str, tokens_sent: int, tokens_saved: int) -> None:
         """One spawn planned in `mode` for agent profile `agent`, with the tokens it sent and saved."""

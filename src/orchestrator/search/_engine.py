@@ -26,6 +26,7 @@ from .._errors import ExpandError, SearchQueryError, SemanticUnavailable, ToolNo
 from .._telemetry import FALLBACK_KINDS, Telemetry
 from ..protocols.mcp._catalog import ToolCatalog, ToolEntry
 from ._blend import ScoreBlend
+from ._evidence import EvidenceSource, LearnedEvidence
 from ._lexical import FORM_PREFIX, Analyzer, LexicalIndex
 from ._tuning import BLEND_BM25_K1, LONG_BLEND_SHARE, NAMED_SERVER_BONUS, STEP_STRENGTH_POWER
 
@@ -166,6 +167,8 @@ class ToolSearchEngine:
             never memory only) and owns it: call `close()` when done.
         telemetry: where search and expand spans go (default: OpenTelemetry's global providers); counting
             searches is the caller's: `MetaTools` counts them on this one unless given another.
+        evidence: learned evidence from search traces (`_evidence.TraceEvidence`); None ranks by the
+            tools' own text only. While no tool has evidence, rankings are exactly those without it.
     """
 
     def __init__(
@@ -177,8 +180,10 @@ class ToolSearchEngine:
         blend: ScoreBlend | None = None,
         embeddings: EmbeddingRuntime | None = None,
         telemetry: Telemetry | None = None,
+        evidence: EvidenceSource | None = None,
     ) -> None:
         self._settings = settings or ToolSearchSettings()
+        self._evidence = evidence
         self.telemetry = telemetry if telemetry is not None else Telemetry()
         self._source: Callable[[], ToolCatalog] = _constant(catalog) if isinstance(catalog, ToolCatalog) else catalog
         requested = ranking or self._settings.ranking
@@ -192,6 +197,7 @@ class ToolSearchEngine:
             else _find_blend(self._settings, requested, embeddings)
         )
         self._blend_failure_logged = False
+        self._evidence_failure_logged = False
         self._state: _State | None = None
         self._analyzer = Analyzer()  # kept across rebuilds: a changed catalog re-analyses only new text
         self._lock = threading.Lock()
@@ -346,20 +352,35 @@ class ToolSearchEngine:
         A query over LONG_QUERY_CHARS is ranked step by step (`_long_scores`): each tool scores its best
         step, and the blend embeds only the steps that match some tool best. The blend gets BM25 with
         BLEND_BM25_K1 (`state.blend_index`); lexical ranking, fail-open included, is BM25 with BM25_K1."""
+        learned = self._learned(state, query)
         if self._blend is None:
-            scores, candidates, _focus, _terms = _lexical_scores(state.index, query)
-            return scores, candidates, "lexical", self._fallback
+            return *self._lexical(state, query, learned), "lexical", self._fallback
         scores, candidates, focus, terms = _lexical_scores(state.blend_index, query)
+        # A blend (and learned evidence) reads the catalog's entries by position, the index by slot.
+        slots = state.index.slots()
+        ordered, near = scores[slots], np.sort(state.index.positions()[candidates])
+        keeping = getattr(self._blend, "blend_keeping", None) if learned is not None else None
+        parts = None
         try:
-            blended, admitted = _by_position(self._blend, state.index, focus, scores, candidates)
+            if keeping is not None:
+                parts = keeping(focus, ordered, near)
+                blended, admitted = parts.scores, parts.admitted
+            else:
+                blended, admitted = self._blend.blend(focus, ordered, near)
         except SemanticUnavailable as exc:  # logged once by the scorer; counted here on every search
             kind = exc.kind if exc.kind in FALLBACK_KINDS else "blend_failed"
-            return *_lexical_scores(state.index, query)[:2], "lexical", kind
+            return *self._lexical(state, query, learned), "lexical", kind
         except Exception:  # boundary: a ranking failure must never reach the agent
             if not self._blend_failure_logged:
                 self._blend_failure_logged = True
                 log.warning("hybrid ranking failed; answering with lexical ranking", exc_info=True)
-            return *_lexical_scores(state.index, query)[:2], "lexical", "blend_failed"
+            return *self._lexical(state, query, learned), "lexical", "blend_failed"
+        if learned is not None:
+            reblend = getattr(self._blend, "reblend", None) if parts is not None else None
+            blended, admitted = learned.hybrid(terms, parts, reblend, ordered, near, blended, admitted)
+        by_slot = np.zeros(state.index.capacity, dtype=np.float64)
+        by_slot[slots] = blended
+        blended, admitted = by_slot, slots[admitted]
         if focus is not query:
             # A long request: the model saw only its best steps, so its opinion counts less here.
             top = float(scores[candidates].max()) if candidates.size else 0.0
@@ -370,6 +391,28 @@ class ToolSearchEngine:
             # names many servers, one per step, so it gets no such preference).
             blended = blended + NAMED_SERVER_BONUS * state.index.named(terms)
         return blended, admitted, "hybrid", None
+
+    def _learned(self, state: _State, query: str) -> LearnedEvidence | None:
+        """The learned evidence for this search: None without a source, for a long request (ranked step by
+        step on its own text), or while no tool has evidence. A failing source ranks without it."""
+        if self._evidence is None or len(query) > LONG_QUERY_CHARS:
+            return None
+        try:
+            vectors = self._blend is not None and hasattr(self._blend, "blend_keeping")
+            return self._evidence.current(state.catalog, state.index, vectors=vectors)
+        except Exception:  # boundary: learned evidence is an addition; the tools' own text still ranks
+            if not self._evidence_failure_logged:
+                self._evidence_failure_logged = True
+                log.warning("learned evidence failed; ranking by the tools' own text", exc_info=True)
+            return None
+
+    @staticmethod
+    def _lexical(state: _State, query: str, learned: LearnedEvidence | None) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 with BM25_K1 (lexical ranking and hybrid's fail-open answer), learned evidence added."""
+        scores, candidates, _focus, terms = _lexical_scores(state.index, query)
+        if learned is not None:
+            scores, candidates = learned.lexical(terms, scores, candidates, state.index.slots())
+        return scores, candidates
 
     # ------------------------------------------------------------------ expand
 
@@ -542,18 +585,6 @@ def _overlap(a: set[str], b: set[str], idf: dict[str, float], top: float) -> flo
         return 0.0
     weight = lambda term: max(idf.get(term, top), _IDF_FLOOR)  # noqa: E731
     return sum(map(weight, a & b)) / min(sum(map(weight, a)), sum(map(weight, b)))
-
-
-def _by_position(
-    blend: ScoreBlend, index: LexicalIndex, query: str, scores: np.ndarray, candidates: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """`blend.blend` over documents in catalog order (a blend reads the catalog's entries by position), its
-    scores and admitted documents returned by slot."""
-    slots = index.slots()
-    blended, admitted = blend.blend(query, scores[slots], np.sort(index.positions()[candidates]))
-    by_slot = np.zeros(index.capacity, dtype=np.float64)
-    by_slot[slots] = blended
-    return by_slot, slots[admitted]
 
 
 def _find_blend(

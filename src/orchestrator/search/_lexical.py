@@ -56,7 +56,7 @@ class _Okapi(BM25Okapi):  # type: ignore[misc]  # rank_bm25 ships no types: BM25
         self.corpus_size = corpus.capacity
         self.avgdl = corpus.avgdl
         self.doc_len = corpus.lengths.tolist()
-        self.idf = {term: idf(corpus.size, len(slots), corpus.eps) for term, (slots, _) in corpus.postings.items()}
+        self.idf = index.idf()
         self.average_idf = corpus.eps / EPSILON
 
     @property
@@ -138,6 +138,11 @@ class LexicalIndex:
         if self._bm25 is None:
             self._bm25 = _Okapi(self)
         return self._bm25
+
+    def idf(self) -> dict[str, float]:
+        """Term -> its BM25Okapi idf (epsilon floor included), for every indexed term."""
+        corpus = self._corpus
+        return {term: idf(corpus.size, len(slots), corpus.eps) for term, (slots, _) in corpus.postings.items()}
 
     def entry(self, slot: int) -> ToolEntry:
         """The entry in `slot`."""

@@ -11,6 +11,7 @@ scripts named beside it; the figures are in `benchmarks/RESULTS.md`.
                                             HYBRID_WEIGHT, SEMANTIC_FLOOR
     preferences on top of the blend         NAMED_SERVER_BONUS                   benchmarks/retrieval.py --hybrid
     long requests (pasted tasks)            STEP_STRENGTH_POWER, LONG_BLEND_SHARE benchmarks/retrieval.py --long
+    learned evidence (traces, _evidence.py) EVIDENCE_*                           benchmarks/retrieval.py --traces
 
 `HYBRID_WEIGHT` and `SEMANTIC_FLOOR` are the defaults of the `mcp.tool_search.hybrid_weight` and
 `semantic_floor` settings; the others are fixed (the multilingual share is baked into cached vectors).
@@ -22,6 +23,13 @@ __all__ = [
     "BLEND_BM25_K1",
     "BM25_B",
     "BM25_K1",
+    "EVIDENCE_CENTROID_WEIGHT",
+    "EVIDENCE_HYBRID_LEXICAL_WEIGHT",
+    "EVIDENCE_LEXICAL_FLOOR",
+    "EVIDENCE_LEXICAL_WEIGHT",
+    "EVIDENCE_NEIGHBOURS",
+    "EVIDENCE_VOTE_FLOOR",
+    "EVIDENCE_VOTE_WEIGHT",
     "HYBRID_WEIGHT",
     "LONG_BLEND_SHARE",
     "MULTILINGUAL_SHARE",
@@ -69,3 +77,22 @@ LONG_BLEND_SHARE = 0.25
 """What the hybrid blend counts for in a long request's ranking (the rest is its step-by-step lexical score,
 normalised by its best): the models see only a few steps, and filler sentences score moderate cosines
 with many tools."""
+EVIDENCE_LEXICAL_FLOOR = 0.2
+"""Request similarity (the binary tf-idf cosine of two requests' stems) an earlier request must pass to be
+evidence for the tools it led to; its evidence grows linearly from here to 1 (the same words)."""
+EVIDENCE_LEXICAL_WEIGHT = 1.0
+"""Lexical ranking: full lexical evidence adds this share of the query's best BM25 score."""
+EVIDENCE_HYBRID_LEXICAL_WEIGHT = 1.0
+"""Hybrid ranking (scores near 0..1): what full lexical evidence adds."""
+EVIDENCE_CENTROID_WEIGHT = 1.5
+"""Hybrid ranking: a tool with evidence is compared with the query as its own vector plus this times the
+mean vector of the earlier requests that led to it, less the mean of all earlier requests (renormalised):
+the tool as its users ask for it. Without the centring, StableToolBench's templated tasks ("I'm planning a
+trip... can you help me") pulled every tool with evidence towards every request."""
+EVIDENCE_NEIGHBOURS = 20
+"""Hybrid ranking: the earlier requests nearest to the query (by sentence cosine) that vote for their tools."""
+EVIDENCE_VOTE_FLOOR = 0.2
+"""Share of the neighbours' votes (each weighted by its cosine) a tool must pass before the vote counts:
+neighbours that agree say more than one that happens to be near (multi-part tasks scatter their votes)."""
+EVIDENCE_VOTE_WEIGHT = 1.6
+"""Hybrid ranking: what a unanimous vote adds (scaled from the floor up)."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import threading
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
 
@@ -12,11 +14,13 @@ from .index import VectorIndex
 from .rules import admitted, blend, entry_text
 
 if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
     from ..._config import ToolSearchSettings
     from ...protocols.mcp._catalog import ToolCatalog
     from .vectors import ToolVectors
 
-__all__ = ["EMBED_MS_PER_TEXT", "EMBED_MS_PER_TOKEN", "SYNC_EMBED_TEXTS", "HybridBlend"]
+__all__ = ["EMBED_MS_PER_TEXT", "EMBED_MS_PER_TOKEN", "SYNC_EMBED_TEXTS", "BlendParts", "HybridBlend"]
 
 SYNC_EMBED_TEXTS = 32
 """At most this many uncached tool texts may be embedded inside a search (then also the token budget
@@ -27,6 +31,21 @@ took ~19 s)."""
 EMBED_MS_PER_TEXT = 2.0
 """USE multilingual v3's time per tool text on one core here (1.5-1.8 ms measured). Uncached texts are
 embedded inside a search only when tokens x EMBED_MS_PER_TOKEN + texts x this fits `embedding_timeout_ms`."""
+
+
+class BlendParts(NamedTuple):
+    """One hybrid search's blend and what it was made from."""
+
+    scores: np.ndarray
+    admitted: np.ndarray
+    query_vectors: NDArray[np.float32]
+    """One unit row per sentence of the query."""
+    cosines: NDArray[np.float32]
+    """Each tool's best cosine with the query's sentences."""
+    size: int
+    """Documents the cosines are over."""
+    rows: Callable[[NDArray[np.intp]], NDArray[np.float32] | None]
+    """The float32 vectors of some documents (`VectorIndex.rows`), None when the store lacks one."""
 
 
 class Runtime(Protocol):
@@ -90,6 +109,12 @@ class HybridBlend:
             SemanticUnavailable: the model cannot load, the catalog is still being embedded (`warming`),
                 or the query embedding failed or exceeded `embedding_timeout_ms` (`slow_query`).
         """
+        parts = self.blend_keeping(query, lexical, candidates)
+        return parts.scores, parts.admitted
+
+    def blend_keeping(self, query: str, lexical: np.ndarray, candidates: np.ndarray) -> BlendParts:
+        """`blend`, keeping what learned evidence needs (`_evidence.py`): the query's sentence vectors, the
+        cosines and the tool vectors they came from. Raises as `blend`."""
         try:
             vectors = self.runtime.vectors()
             index = self._index(vectors, lexical.shape[0])
@@ -98,6 +123,15 @@ class HybridBlend:
             self.runtime.note(exc)
             raise
         cosines = index.cosines(query_vectors)
+        scores, admitted_ids = self.reblend(lexical, cosines, candidates)
+        return BlendParts(
+            scores, admitted_ids, query_vectors, cosines, index.size, functools.partial(index.rows, read=vectors.read)
+        )
+
+    def reblend(
+        self, lexical: np.ndarray, cosines: np.ndarray, candidates: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Blended scores and admitted ids from given cosines (the blend's rules, no model run)."""
         scores = blend(lexical, cosines, self.weight).astype(np.float64)
         matched = np.zeros(lexical.shape[0], dtype=bool)
         matched[candidates] = True

@@ -206,6 +206,21 @@ class VectorIndex:
             shards.append(_Shard(new_keys[part], np.ascontiguousarray(codes[:, part]), scales[part].copy()))
         return cls(None, shards, slots), []
 
+    def rows(
+        self,
+        docs: NDArray[np.intp],
+        read: Callable[[Sequence[bytes]], tuple[NDArray[np.float32], NDArray[np.intp]]],
+    ) -> NDArray[np.float32] | None:
+        """The float32 vectors of the tools at `docs`: kept rows, or (encoded) read again by key through
+        `read` (exact, unlike the bytes); None when the store no longer has one of them."""
+        if self.vectors is not None:
+            kept: NDArray[np.float32] = self.vectors[docs]
+            return kept
+        every = np.concatenate([shard.keys for shard in self.shards]) if self.shards else np.zeros(0, _KEY)
+        keys = [key.tobytes() for key in every[self.slots[docs]]]
+        vectors, found = read(keys)
+        return vectors if len(found) == len(keys) else None
+
     def cosines(self, query: NDArray[np.float32]) -> NDArray[np.float32]:
         """Each tool's cosine with the query's closest sentence (rows of `query`; all unit vectors)."""
         sentences = np.atleast_2d(np.asarray(query, np.float32))
