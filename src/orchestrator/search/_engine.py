@@ -66,11 +66,9 @@ GROUP_DEPTH_FACTOR = 3
 """With equivalents folded, the ranking is read this many result lists deep to fill the results."""
 EQUIVALENT_OVERLAP = 0.55
 """Share of the shorter description's words (idf-weighted) two same-named tools must share to count as one
-capability. On the 590 real tools it makes 29 pairs: github with its legacy npm server (16), either with
-gitlab (11), filesystem with desktop-commander (move_file, get_file_info); supabase's create_branch stays
-apart from github's and gitlab's; on StableToolBench folding at 0.55 or 0.70 left lexical hit@5 at 0.911 (0.910 unfolded). Plain
-word counts (no idf) folded sports and country APIs of one vendor ("baseball" / "rugby" team media) and cost
-StableToolBench 0.005 lexical hit@5."""
+capability: github with its legacy npm server or gitlab, filesystem with desktop-commander's file tools,
+while supabase's create_branch stays apart. Weighted by idf so that one vendor's sports or country APIs
+("baseball" / "rugby" team media), which share their boilerplate, stay apart."""
 EQUIVALENT_MIN_WORDS = 4
 """Descriptions shorter than this (after stopwords) say too little to call two tools the same: on
 StableToolBench "Search airplane by name" and "Search Book by its name" share two of three words."""

@@ -212,8 +212,8 @@ class LexicalIndex:
 
     def query_terms(self, query: str) -> list[str]:
         """The query's distinct index terms, in order. BM25Okapi would count a repeated query word again;
-        requests repeat their topic words ("schedule ... the schedule"), and counting them once raised
-        hit@5 on every retrieval set."""
+        requests repeat their topic words ("schedule ... the schedule"), which says nothing more about the
+        tool they want."""
         return list(dict.fromkeys(self.analyzer.terms(query)))
 
     def named(self, terms: Iterable[str]) -> np.ndarray:

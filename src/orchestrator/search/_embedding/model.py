@@ -65,9 +65,8 @@ VOCAB_PATH = Path(__file__).resolve().parent.parent / "data" / "vocab.txt"
 VOCAB_SHA256 = "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"
 """sha256 of the bert-base-uncased WordPiece vocabulary (30,522 lines) that all-MiniLM-L6-v2 uses."""
 MAX_TOKENS = 128
-"""Longer texts are cut here: all-MiniLM-L6-v2 was trained on 128-token inputs. Cutting at 128 instead of
-sentence-transformers' 256 changed hit@5 on the development sets by at most 0.003 and leaves 22% fewer
-tokens (a third less CPU) to embed the 590 real tools."""
+"""Longer texts are cut here: all-MiniLM-L6-v2 was trained on 128-token inputs, and the tail past them
+(sentence-transformers reads 256) costs a third more CPU for what a tool's first sentences already say."""
 MINILM_DIMENSION = 384
 """Width of all-MiniLM-L6-v2's sentence vectors."""
 DIMENSION = MINILM_DIMENSION + MULTILINGUAL_DIMENSION

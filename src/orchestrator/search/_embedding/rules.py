@@ -36,13 +36,10 @@ __all__ = [
 
 DESCRIPTION_WORDS = 80
 """Tool descriptions are cut here before embedding, so the label after them (server, name, parameters)
-still fits in the model's 128-token window: putting the description first and keeping the label raised
-the model-alone hit@5 by 0.01-0.04 on the development sets (docs/tool-search.md)."""
+still fits in the model's 128-token window (docs/tool-search.md)."""
 MULTILINGUAL_DESCRIPTION_WORDS = 40
 """USE multilingual v3 reads a tool as its description cut here and the label without parameter names: it
-averages over every word, so a long text dilutes the few that say what the tool does. Against the text
-all-MiniLM-L6-v2 reads, this raised hybrid hit@5 on mcp-catalogs by 0.016 and on api-bank by 0.014 and
-moved no set down by more than 0.002 (docs/tool-search.md)."""
+averages over every word, so a long text dilutes the few that say what the tool does (docs/tool-search.md)."""
 MAX_QUERY_SENTENCES = 16
 """Sentences of one request embedded separately. The engine ranks requests over 1,000 characters step by
 step and hands the blend only their best few steps (`_engine.MAX_EMBEDDED_STEPS`), so this bounds the rest."""
