@@ -82,12 +82,13 @@ def free_port() -> int:
 
 def write_config(path: Path, servers: Mapping[str, Any], agents: Mapping[str, Any], **sections: Any) -> Path:
     """A bernstein.yaml for the tests: search mode by default (threshold 0), lexical ranking (no model load:
-    these tests are about the protocol, not ranking), caches under the file's folder."""
+    these tests are about the protocol, not ranking), no tools pinned because earlier tests' spawns of a
+    similar task called them (each test expects a first spawn's plan), caches under the file's folder."""
     data: dict[str, Any] = {
         "mcp": {
             "servers": dict(servers),
             "cache_dir": str(path.parent / "cache"),
-            "tool_search": {"threshold_tokens": 0, "ranking": "lexical"},
+            "tool_search": {"threshold_tokens": 0, "ranking": "lexical", "traces": {"pin_similar_tasks": False}},
         },
         "agents": dict(agents),
         "gateway": {"host": "127.0.0.1", "port": 0, "token": GATEWAY_TOKEN},
