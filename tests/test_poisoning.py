@@ -193,3 +193,29 @@ def test_odd_input_never_raises() -> None:
     for _ in range(5000):
         deep = {"a": deep}
     assert scan_tool({"name": "t", "inputSchema": deep}) == ()
+
+
+@pytest.mark.parametrize("length", [300, 5000, 40000])
+def test_every_anchor_occurrence_is_found_as_str_find_finds_it(length: int) -> None:
+    """The one-pass literal search (hashed for long texts) finds what a `str.find` per literal finds:
+    overlapping occurrences, occurrences at either end, next to non-ASCII characters."""
+    import random
+
+    from orchestrator.protocols.mcp._literals import INDEX_BITS, Literals
+
+    words = ["user", "you", "env", "__", "_tool", "priorit", "prior", "instruction", " tool", "id_", "é", "\U0001f600"]
+    literals = Literals(
+        ["user", "us", "you", "env", ".env", "__", "_", "_tool", "prior", "priorit", "instruction", "tool"]
+    )
+    rng = random.Random(length)
+    parts: list[str] = []
+    while sum(map(len, parts)) < length:
+        parts.append(rng.choice(words) if rng.random() < 0.3 else rng.choice("abc. \n_"))
+    text = "".join(parts) + "instruction"
+    expected = sorted(
+        position << INDEX_BITS | index
+        for index, literal in enumerate(literals.literals)
+        for position in range(len(text))
+        if text.startswith(literal, position)
+    )
+    assert literals.find(text) == expected

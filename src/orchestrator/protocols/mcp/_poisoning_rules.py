@@ -1,6 +1,6 @@
 """The detector's rules (`_poisoning.py` runs them): what an instruction aimed at the model looks like.
 
-Each rule starts from a literal anchor (`ANCHORS`), found with `str.find` in the lowercased text, and reads
+Each rule starts from a literal anchor (`ANCHORS`), found together (`_literals.py`) in the lowercased text, and reads
 only the sentence around it, once per sentence; identifiers (names, keys, one-word values) are read as
 words. Rules describe intent in several forms (the verbs and objects of an order, its quantifiers and
 destinations) rather than known payloads. Comments say which real descriptions a rule must leave alone:
@@ -15,6 +15,8 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+
+from ._literals import INDEX_BITS, Literals
 
 __all__ = [
     "EMAIL",
@@ -1109,10 +1111,12 @@ IDENTIFIER_ANCHORS = (
 def scan_identifiers(joined: str, own: set[str]) -> Iterator[Hit]:
     """Hits in identifiers (lowercased, one per string of `joined`) read as words: a name for a leak or an
     injection ('system_prompt', '_injection'), or an order ('content_from_reading_ssh_id_rsa')."""
+    occurrences: list[list[int]] = [[] for _ in IDENTIFIER_ANCHORS]
+    for code in _IDENTIFIER_LITERALS.find(joined):
+        occurrences[code & _INDEX_MASK].append(code >> INDEX_BITS)
     done: set[int] = set()
-    for anchor in IDENTIFIER_ANCHORS:
-        pos = joined.find(anchor)
-        while pos != -1:
+    for positions in occurrences:  # anchor by anchor, as the hits have always come
+        for pos in positions:
             start = joined.rfind("\n", 0, pos) + 1
             if start not in done:
                 done.add(start)
@@ -1120,7 +1124,6 @@ def scan_identifiers(joined: str, own: set[str]) -> Iterator[Hit]:
                 hit = _identifier(joined[start : len(joined) if end < 0 else end], start, own)
                 if hit is not None:
                     yield hit
-            pos = joined.find(anchor, pos + 1)
 
 
 def _identifier(identifier: str, start: int, own: set[str]) -> Hit | None:
@@ -1151,8 +1154,7 @@ def mixed_script(identifier: str) -> bool:
 # ---------------------------------------------------------------------------------------------- anchors
 
 MARKS: dict[str, Check] = {"<": _angle, "[": _square, "{": _curly, "#": _hash, "@": _email}
-"""Single characters that open markup or an address, found in one pass (`_MARK`)."""
-_MARK = re.compile(r"[<\[{#@]")
+"""Single characters that open markup or an address."""
 ANCHORS: tuple[tuple[str, tuple[Check, ...]], ...] = (
     ("__", (_qualified,)),
     ("are loaded", (_own_phrase,)),
@@ -1237,19 +1239,27 @@ def scan(raw: str, own: set[str], *, identifiers: bool = False) -> Iterator[Hit]
     if not identifiers:  # identifiers reach here printable ASCII
         yield from _invisible(raw)
     # Every anchor's occurrences first, then the checks in text order, so each sentence is bounded once.
-    todo: list[tuple[int, int, Check]] = [(mark.start(), 0, MARKS[mark.group(0)]) for mark in _MARK.finditer(low)]
-    for order, (anchor, checks) in enumerate(IDENTIFIER_WORD_ANCHORS if identifiers else ANCHORS, 1):
-        find = low.find
-        pos = find(anchor)
-        while pos != -1:
-            todo.extend((pos, order, check) for check in checks)
-            pos = find(anchor, pos + 1)
-    todo.sort(key=lambda item: (item[0], item[1]))
+    literals, checks_of = _WORD_LITERALS if identifiers else _PROSE_LITERALS
     seen: set[tuple[str, int]] = set()
-    for pos, _order, check in todo:
-        hit = check(doc, pos)
-        if hit is not None and (hit.kind, hit.start) not in seen:
-            seen.add((hit.kind, hit.start))
-            yield hit
+    for code in literals.find(low):
+        pos = code >> INDEX_BITS
+        for check in checks_of[code & _INDEX_MASK]:
+            hit = check(doc, pos)
+            if hit is not None and (hit.kind, hit.start) not in seen:
+                seen.add((hit.kind, hit.start))
+                yield hit
     if not identifiers:
         yield from _encoded(doc)
+
+
+def _searched(anchors: tuple[tuple[str, tuple[Check, ...]], ...]) -> tuple[Literals, list[tuple[Check, ...]]]:
+    """The marks and `anchors` as one set of literals, with the checks of each (a mark before an anchor
+    found at the same place, anchors in their order)."""
+    pairs = [*((mark, (check,)) for mark, check in MARKS.items()), *anchors]
+    return Literals([literal for literal, _ in pairs]), [checks for _, checks in pairs]
+
+
+_PROSE_LITERALS = _searched(ANCHORS)
+_WORD_LITERALS = _searched(IDENTIFIER_WORD_ANCHORS)
+_IDENTIFIER_LITERALS = Literals(IDENTIFIER_ANCHORS)
+_INDEX_MASK = (1 << INDEX_BITS) - 1
