@@ -135,6 +135,19 @@ def test_each_kind_is_found_where_it_is_typical(description: str, kind: str) -> 
     )
 
 
+@pytest.mark.parametrize("hidden", ["\x07", "\x85", "\u200b", "\U000e0041"])
+def test_a_hidden_character_is_found_in_whichever_string_holds_it(hidden: str) -> None:
+    """A C0 or C1 control or an invisible character, in a listing whose other strings are ASCII or not."""
+    tools = [
+        {"name": "a", "description": "Plain text \U0001f600 and more."},
+        {"name": "b", "description": "Reads a file."},
+        {"name": "c", "description": f"Reads a file.{hidden} Done.", "title": "Caf\u00e9"},
+    ]
+    found = scan_tools(tools)
+    assert [[finding.kind for finding in findings] for findings in found] == [[], [], ["invisible-text"]]
+    assert found[2][0].where == "description"
+
+
 def test_every_finding_names_its_kind_field_and_text() -> None:
     tool = {
         "name": "rеad_file",  # Cyrillic е

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import re
 import unicodedata
 from collections.abc import Callable, Iterator
@@ -82,6 +83,8 @@ class _Doc:
     token_end: int = -1
     """End of the last name `_foreign` read (a snake_case name has several '_' anchors)."""
     _words: set[str] = field(default_factory=set)
+    _ends: list[int] | None = None
+    """Where every sentence end (`_SENTENCE_ENDS`) starts, in order; found on the first sentence asked."""
 
     def sentence(self, pos: int) -> tuple[int, int]:
         """Bounds of the sentence around `pos`: between sentence ends (`. `, a blank line, a bullet, a string
@@ -93,18 +96,16 @@ class _Doc:
         return self._last
 
     def _bounds(self, pos: int) -> tuple[int, int]:
-        low = self.low
+        """After the last sentence end that closes before `pos`, through the first one opening at or after it."""
+        if self._ends is None:
+            self._ends = _sentence_ends(self.low)
+        ends = self._ends
         lo = max(0, pos - WINDOW)
-        start = max(
-            low.rfind(". ", lo, pos), low.rfind(".\n", lo, pos), low.rfind("\n\n", lo, pos), low.rfind("\n-", lo, pos)
-        )
-        start = lo if start < 0 else start + 1
-        hi = min(len(low), pos + WINDOW)
-        end = hi
-        for mark in (". ", ".\n", "\n\n", "\n-"):
-            found = low.find(mark, pos, end)
-            if found >= 0:
-                end = found + 1
+        before = bisect.bisect_right(ends, pos - 2)
+        start = ends[before - 1] + 1 if before and ends[before - 1] >= lo else lo
+        hi = min(len(self.low), pos + WINDOW)
+        after = bisect.bisect_left(ends, pos)
+        end = ends[after] + 1 if after < len(ends) and ends[after] <= hi - 2 else hi
         return start, max(end, pos + 1)
 
     def words(self, start: int, end: int) -> set[str]:
@@ -127,6 +128,21 @@ class _Doc:
 
 
 Check = Callable[[_Doc, int], Hit | None]
+_SENTENCE_ENDS = (". ", ".\n", "\n\n", "\n-")
+
+
+def _sentence_ends(low: str) -> list[int]:
+    """The start of every sentence end in `low`, overlapping ones included ('\\n\\n\\n' holds two)."""
+    ends = []
+    for mark in _SENTENCE_ENDS:
+        found = low.find(mark)
+        while found != -1:
+            ends.append(found)
+            found = low.find(mark, found + 1)
+    ends.sort()
+    return ends
+
+
 _WORD = re.compile(r"[a-z]+")
 
 
@@ -991,23 +1007,39 @@ def without_separators(text: str) -> str:
 
 
 def _invisible(raw: str) -> Iterator[Hit]:
-    """Characters a person does not see but a model reads. An emoji's joiner or presentation selector
-    (👨‍💻, ⚠️) belongs to the emoji, and a byte-order mark opening a string is an encoding artefact."""
-    control = _CONTROL.search(raw)
-    if control:
-        yield Hit("invisible-text", control.start(), _around(raw, control.start()))
-    if raw.isascii():
-        return
-    for found in _INVISIBLE.finditer(raw):
-        index = found.start()
-        char = raw[index]
-        if char in _EMOJI_JOINERS and index and _is_symbol(raw[index - 1]):
-            if char != "\u200d" or (index + 1 < len(raw) and _is_symbol(raw[index + 1])):
-                continue
-        if char == "\ufeff" and (index == 0 or raw[index - 1] in "\n\x00"):
-            continue
+    """Characters a person does not see but a model reads: the first control character, and the first
+    invisible one (`_first_invisible`)."""
+    # One byte per character (Latin-1, '?' beyond it), so the controls, all below U+00A0, keep their place.
+    control = raw.encode("latin-1", "replace").translate(_CONTROL_FLAGS).find(1)
+    if control >= 0:
+        yield Hit("invisible-text", control, _around(raw, control))
+    index = -1 if raw.isascii() else _first_invisible(raw)
+    if index >= 0:
         yield Hit("invisible-text", index, _around(raw, index))
-        return
+
+
+_CONTROL_FLAGS = bytes(1 if _CONTROL.match(chr(byte)) else 0 for byte in range(256))
+"""1 for the bytes `_CONTROL` matches, 0 for the others (a `bytes.translate` table)."""
+
+
+def _first_invisible(raw: str) -> int:
+    """Where the first invisible character is, or -1. An emoji's joiner or presentation selector (👨‍💻, ⚠️)
+    belongs to the emoji, and a byte-order mark opening a string is an encoding artefact. Only the
+    strings with non-ASCII characters are read."""
+    offset = 0
+    for part in raw.split(SEPARATOR):
+        if not part.isascii():
+            for found in _INVISIBLE.finditer(raw, offset, offset + len(part)):
+                index = found.start()
+                char = raw[index]
+                if char in _EMOJI_JOINERS and index and _is_symbol(raw[index - 1]):
+                    if char != "\u200d" or (index + 1 < len(raw) and _is_symbol(raw[index + 1])):
+                        continue
+                if char == "\ufeff" and (index == 0 or raw[index - 1] in "\n\x00"):
+                    continue
+                return index
+        offset += len(part) + len(SEPARATOR)
+    return -1
 
 
 def _is_symbol(char: str) -> bool:
