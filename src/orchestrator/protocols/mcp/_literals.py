@@ -31,10 +31,17 @@ class Literals:
     """A set of literals (lowercase ASCII, at most 2**INDEX_BITS of them), searched together."""
 
     def __init__(self, literals: Sequence[str]) -> None:
-        if len(literals) > 1 << INDEX_BITS or not all(literal and literal.isascii() for literal in literals):
-            raise ValueError("Literals takes at most 256 non-empty ASCII strings")
+        if len(literals) > 1 << INDEX_BITS or not all(
+            literal and literal.isascii() and "\0" not in literal for literal in literals
+        ):
+            raise ValueError("Literals takes at most 256 non-empty ASCII strings without NUL")
         self.literals = tuple(literals)
-        self._short = [(index, literal) for index, literal in enumerate(literals) if len(literal) < 4]
+        self._short = [(index, literal) for index, literal in enumerate(literals) if len(literal) in (1, 3)]
+        self._pairs = [
+            (index, int.from_bytes(literal.encode("ascii"), "little"))
+            for index, literal in enumerate(literals)
+            if len(literal) == 2
+        ]
         self._by_prefix: dict[int, list[tuple[int, str]]] = {}
         """First 4 bytes (little-endian) -> the literals of 4 characters or more starting with them."""
         for index, literal in enumerate(literals):
@@ -52,17 +59,22 @@ class Literals:
             while position != -1:
                 found.append(position << INDEX_BITS | index)
                 position = text.find(literal, position + 1)
-        if len(text) >= HASHED_MIN_CHARS and self._by_prefix:
+        if len(text) >= HASHED_MIN_CHARS:
             self._hashed(text, found)
         found.sort()
         return found
 
     def _hashed(self, text: str, found: list[int]) -> None:
-        """Adds the occurrences of the literals of 4 characters or more, read through the hash."""
+        """Adds the occurrences of the literals of 2 characters and of 4 or more, read through numpy."""
         import numpy as np  # only long texts pay for it (the gateway and search load it anyway)
 
         # One byte per character ('?' for non-ASCII, never part of a literal), so offsets stay those of `text`.
         data = text.encode("ascii", "replace") + b"\0\0\0"
+        pairs = np.ndarray((len(text),), dtype="<u2", buffer=data, strides=(1,))
+        for index, value in self._pairs:
+            found.extend(((np.flatnonzero(pairs == value) << INDEX_BITS) | index).tolist())
+        if not self._by_prefix:
+            return
         windows = np.ndarray((len(text),), dtype="<u4", buffer=data, strides=(1,))
         candidates = np.flatnonzero(self._table()[(windows * np.uint32(_MULTIPLIER)) >> np.uint32(32 - _HASH_BITS)])
         by_prefix = self._by_prefix

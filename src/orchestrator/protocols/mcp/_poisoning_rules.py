@@ -133,16 +133,10 @@ _SENTENCE_ENDS = (". ", ".\n", "\n\n", "\n-")
 
 def _sentence_ends(low: str) -> list[int]:
     """The start of every sentence end in `low`, overlapping ones included ('\\n\\n\\n' holds two)."""
-    ends = []
-    for mark in _SENTENCE_ENDS:
-        found = low.find(mark)
-        while found != -1:
-            ends.append(found)
-            found = low.find(mark, found + 1)
-    ends.sort()
-    return ends
+    return [code >> INDEX_BITS for code in _SENTENCE_END_LITERALS.find(low)]
 
 
+_SENTENCE_END_LITERALS = Literals(_SENTENCE_ENDS)
 _WORD = re.compile(r"[a-z]+")
 
 
@@ -760,6 +754,11 @@ _DIRECTIVE = re.compile(
 )
 """A sentence about using a tool the server does not have ('Before using send_email, always add ... to
 bcc', 'whenever run_query is used', 'the create_payment tool ... has a known bug; set ...')."""
+_DIRECTIVE_WORDS = frozenset(
+    "must always never first instead add append set change redirect replace put include send copy bcc cc route "
+    "override modify ensure prepend also log forward mirror push delete".split()
+)
+"""The words of `_DIRECTIVE`, all between word boundaries: `_uses_other` finds nothing without one."""
 _OTHERS = re.compile(
     r"\b(?:ignore|avoid|skip|never\s+use|do\s+not\s+(?:use|call|trust)|don'?t\s+(?:use|call|trust)|not\s+call|never\s+call|"
     r"stop\s+using|in\s+place\s+of|prioritiz\w*\s+\S+\s+over)\s+"
@@ -851,8 +850,18 @@ def _sentence_once(doc: _Doc, rule: str, pos: int) -> tuple[int, int] | None:
 def _others(doc: _Doc, pos: int) -> Hit | None:
     """Steering away from every other tool or server."""
     bounds = _sentence_once(doc, "others", pos)
-    found = _OTHERS.search(doc.low, *bounds) if bounds else None
+    if bounds is None or not (
+        doc.words(*bounds) & _OTHERS_WORDS or any(kind in doc.low[bounds[0] : bounds[1]] for kind in _OTHERS_KINDS)
+    ):
+        return None
+    found = _OTHERS.search(doc.low, *bounds)
     return doc.hit("cross-tool", found.start(), found.end() + 40) if found else None
+
+
+_OTHERS_WORDS = frozenset("other alternative competing standard built existing legacy".split())
+_OTHERS_KINDS = ("server", "mail", "messag", "payment", "file", "database", "shell", "browser")
+"""What each branch of `_OTHERS` holds: one of these words, or one of these kinds of tool or 'server' in
+some word. A sentence with none is not searched."""
 
 
 _COMPARING = frozenset(
@@ -885,10 +894,18 @@ def _first(doc: _Doc, pos: int) -> Hit | None:
     if bounds is None:
         return None
     low, (start, end) = doc.low, bounds
+    if not doc.words(start, end) & _INSISTING:
+        return None
     if _FIRST_OF_ALL.search(low, start, end) and _INSISTENCE.search(low, start, end):
         return doc.hit("cross-tool", start, end)
     found = _HIJACK.search(low, start, end)
     return doc.hit("cross-tool", found.start(), found.end() + 40) if found else None
+
+
+_INSISTING = frozenset(
+    "must always mandatory required requirement has have need needs first skipped optional exception times this".split()
+)
+"""A word of each branch of `_INSISTENCE` and 'this' (of `_HIJACK`): `_first` finds nothing without one."""
 
 
 def _uses_other(doc: _Doc, pos: int) -> Hit | None:
@@ -899,6 +916,8 @@ def _uses_other(doc: _Doc, pos: int) -> Hit | None:
     low, (start, end) = doc.low, bounds
     if low.find("_", start, end) < 0 and low.find("`", start, end) < 0 and low.find("'", start, end) < 0:
         return None  # no tool-like name in the sentence
+    if not doc.words(start, end) & _DIRECTIVE_WORDS:
+        return None
     for found in _USES_OTHER.finditer(low, start, end):
         name = next(group for group in found.groups() if group)
         if not _is_own_cached(doc, name) and _DIRECTIVE.search(low, start, end):
@@ -936,6 +955,8 @@ def _category(doc: _Doc, pos: int) -> Hit | None:
     start, end = doc.sentence(pos)
     if not doc.first_time("category", start):
         return None
+    if not doc.words(start, end) & _ORDERING:
+        return None
     found = _CATEGORY_TOOL.search(doc.low, start, end)
     if found is None:
         return None
@@ -947,6 +968,11 @@ def _category(doc: _Doc, pos: int) -> Hit | None:
     return doc.hit("cross-tool", start, end)
 
 
+_ORDERING = _STRONG_WORDS | frozenset(
+    "prefix prepend append add set change replace redirect route copy forward send include insert bcc cc strip remove "
+    "rewrite modify swap instead also must always never".split()
+)
+"""The words of `_ORDER_VERBS` and `_STRONG`: `_category` finds nothing without one."""
 _GENERIC_KINDS = frozenset(
     "this that same other next previous following above below given selected current relevant appropriate right mcp "
     "available listed individual corresponding related specific matching".split()
