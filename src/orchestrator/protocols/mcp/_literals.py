@@ -11,6 +11,7 @@ are all anchors in a short text (numpy's fixed cost per call would exceed the re
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ _MULTIPLIER = 0x9E3779B1
 
 
 class Literals:
-    """A set of literals (lowercase ASCII, at most 2**INDEX_BITS of them), searched together."""
+    """A set of literals (ASCII without NUL, at most 2**INDEX_BITS of them), searched together."""
 
     def __init__(self, literals: Sequence[str]) -> None:
         if len(literals) > 1 << INDEX_BITS or not all(
@@ -37,18 +38,9 @@ class Literals:
             raise ValueError("Literals takes at most 256 non-empty ASCII strings without NUL")
         self.literals = tuple(literals)
         self._short = [(index, literal) for index, literal in enumerate(literals) if len(literal) in (1, 3)]
-        self._pairs = [
-            (index, int.from_bytes(literal.encode("ascii"), "little"))
-            for index, literal in enumerate(literals)
-            if len(literal) == 2
-        ]
-        self._by_prefix: dict[int, list[tuple[int, str]]] = {}
-        """First 4 bytes (little-endian) -> the literals of 4 characters or more starting with them."""
-        for index, literal in enumerate(literals):
-            if len(literal) >= 4:
-                key = int.from_bytes(literal[:4].encode("ascii"), "little")
-                self._by_prefix.setdefault(key, []).append((index, literal))
-        self._flags: np.ndarray[Any, Any] | None = None
+        self._pairs = [(index, literal.encode("ascii")) for index, literal in enumerate(literals) if len(literal) == 2]
+        self._long = [(index, literal) for index, literal in enumerate(literals) if len(literal) >= 4]
+        self._arrays: _Arrays | None = None
 
     def find(self, text: str) -> list[int]:
         """Every occurrence in `text` as `position << INDEX_BITS | index`, sorted (by position, then index)."""
@@ -69,26 +61,60 @@ class Literals:
         import numpy as np  # only long texts pay for it (the gateway and search load it anyway)
 
         # One byte per character ('?' for non-ASCII, never part of a literal), so offsets stay those of `text`.
-        data = text.encode("ascii", "replace") + b"\0\0\0"
-        pairs = np.ndarray((len(text),), dtype="<u2", buffer=data, strides=(1,))
-        for index, value in self._pairs:
-            found.extend(((np.flatnonzero(pairs == value) << INDEX_BITS) | index).tolist())
-        if not self._by_prefix:
+        data = text.encode("ascii", "replace") + bytes(7)
+        size, single = len(text), np.frombuffer(data, dtype=np.uint8)
+        for index, (first, second) in self._pairs:
+            matches = np.flatnonzero((single[:size] == first) & (single[1 : size + 1] == second))
+            found.extend(((matches << INDEX_BITS) | index).tolist())
+        if not self._long:
             return
+        arrays = self._tables()
         windows = np.ndarray((len(text),), dtype="<u4", buffer=data, strides=(1,))
-        candidates = np.flatnonzero(self._table()[(windows * np.uint32(_MULTIPLIER)) >> np.uint32(32 - _HASH_BITS)])
-        by_prefix = self._by_prefix
-        for position, value in zip(candidates.tolist(), windows[candidates].tolist(), strict=True):
-            for index, literal in by_prefix.get(value, ()):
-                if len(literal) == 4 or text.startswith(literal, position):
-                    found.append(position << INDEX_BITS | index)
+        candidates = np.flatnonzero(arrays.slots[(windows * np.uint32(_MULTIPLIER)) >> np.uint32(32 - _HASH_BITS)])
+        eights = np.ndarray((len(text),), dtype="<u8", buffer=data, strides=(1,))[candidates]
+        rows, columns = np.nonzero((eights[:, None] & arrays.masks) == arrays.values)
+        codes = (candidates[rows] << INDEX_BITS) | arrays.indexes[columns]
+        longer = arrays.longer[columns]
+        found.extend(codes[~longer].tolist())
+        for code in codes[longer].tolist():
+            if text.startswith(self.literals[code & _INDEX_MASK], code >> INDEX_BITS):
+                found.append(code)
 
-    def _table(self) -> np.ndarray[Any, Any]:
-        """A flag per hash slot: whether a literal's first 4 characters hash there (built on first use)."""
-        if self._flags is None:
+    def _tables(self) -> _Arrays:
+        """The hash slots of the literals' first 4 characters, and their first 8 (built on first use)."""
+        if self._arrays is None:
             import numpy as np
 
-            prefixes = np.array(sorted(self._by_prefix), dtype=np.uint32)
-            self._flags = np.zeros(1 << _HASH_BITS, dtype=np.bool_)
-            self._flags[(prefixes * np.uint32(_MULTIPLIER)) >> np.uint32(32 - _HASH_BITS)] = True
-        return self._flags
+            prefixes = np.array([_bytes_value(literal[:4]) for _, literal in self._long], dtype=np.uint32)
+            slots = np.zeros(1 << _HASH_BITS, dtype=np.bool_)
+            slots[(prefixes * np.uint32(_MULTIPLIER)) >> np.uint32(32 - _HASH_BITS)] = True
+            self._arrays = _Arrays(
+                slots=slots,
+                masks=np.array([(1 << 8 * min(len(literal), 8)) - 1 for _, literal in self._long], dtype=np.uint64),
+                values=np.array([_bytes_value(literal[:8]) for _, literal in self._long], dtype=np.uint64),
+                indexes=np.array([index for index, _ in self._long], dtype=np.int64),
+                longer=np.array([len(literal) > 8 for _, literal in self._long], dtype=np.bool_),
+            )
+        return self._arrays
+
+
+@dataclass(frozen=True)
+class _Arrays:
+    """What `Literals._hashed` compares with, per literal of 4 characters or more (in `masks` ... `longer`)."""
+
+    slots: np.ndarray[Any, Any]
+    """A flag per hash slot: whether a literal's first 4 characters hash there."""
+    masks: np.ndarray[Any, Any]
+    """The bytes of an 8-byte window that a literal covers."""
+    values: np.ndarray[Any, Any]
+    """The literal's first 8 bytes (little-endian)."""
+    indexes: np.ndarray[Any, Any]
+    longer: np.ndarray[Any, Any]
+    """Whether the literal runs past 8 characters (confirmed with `str.startswith`)."""
+
+
+def _bytes_value(text: str) -> int:
+    return int.from_bytes(text.encode("ascii"), "little")
+
+
+_INDEX_MASK = (1 << INDEX_BITS) - 1
