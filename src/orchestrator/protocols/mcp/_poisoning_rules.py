@@ -136,7 +136,7 @@ def _sentence_ends(low: str) -> list[int]:
     return [code >> INDEX_BITS for code in _SENTENCE_END_LITERALS.find(low)]
 
 
-_SENTENCE_END_LITERALS = Literals(_SENTENCE_ENDS)
+_SENTENCE_END_LITERALS = Literals(_SENTENCE_ENDS, numpy_from=3000)
 _WORD = re.compile(r"[a-z]+")
 
 
@@ -1310,14 +1310,16 @@ def scan(raw: str, own: set[str], *, identifiers: bool = False) -> Iterator[Hit]
         yield from _encoded(doc)
 
 
-def _searched(anchors: tuple[tuple[str, tuple[Check, ...]], ...]) -> tuple[Literals, list[tuple[Check, ...]]]:
+def _searched(
+    anchors: tuple[tuple[str, tuple[Check, ...]], ...], numpy_from: int
+) -> tuple[Literals, list[tuple[Check, ...]]]:
     """The marks and `anchors` as one set of literals, with the checks of each (a mark before an anchor
     found at the same place, anchors in their order)."""
     pairs = [*((mark, (check,)) for mark, check in MARKS.items()), *anchors]
-    return Literals([literal for literal, _ in pairs]), [checks for _, checks in pairs]
+    return Literals([literal for literal, _ in pairs], numpy_from=numpy_from), [checks for _, checks in pairs]
 
 
-_PROSE_LITERALS = _searched(ANCHORS)
-_WORD_LITERALS = _searched(IDENTIFIER_WORD_ANCHORS)
-_IDENTIFIER_LITERALS = Literals(IDENTIFIER_ANCHORS)
+_PROSE_LITERALS = _searched(ANCHORS, numpy_from=4000)
+_WORD_LITERALS = _searched(IDENTIFIER_WORD_ANCHORS, numpy_from=8000)
+_IDENTIFIER_LITERALS = Literals(IDENTIFIER_ANCHORS, numpy_from=8000)
 _INDEX_MASK = (1 << INDEX_BITS) - 1
