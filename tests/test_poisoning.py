@@ -135,6 +135,19 @@ def test_each_kind_is_found_where_it_is_typical(description: str, kind: str) -> 
     )
 
 
+@pytest.mark.parametrize("hidden", ["\x07", "\x85", "\u200b", "\U000e0041"])
+def test_a_hidden_character_is_found_in_whichever_string_holds_it(hidden: str) -> None:
+    """A C0 or C1 control or an invisible character, in a listing whose other strings are ASCII or not."""
+    tools = [
+        {"name": "a", "description": "Plain text \U0001f600 and more."},
+        {"name": "b", "description": "Reads a file."},
+        {"name": "c", "description": f"Reads a file.{hidden} Done.", "title": "Caf\u00e9"},
+    ]
+    found = scan_tools(tools)
+    assert [[finding.kind for finding in findings] for findings in found] == [[], [], ["invisible-text"]]
+    assert found[2][0].where == "description"
+
+
 def test_every_finding_names_its_kind_field_and_text() -> None:
     tool = {
         "name": "rеad_file",  # Cyrillic е
@@ -193,3 +206,31 @@ def test_odd_input_never_raises() -> None:
     for _ in range(5000):
         deep = {"a": deep}
     assert scan_tool({"name": "t", "inputSchema": deep}) == ()
+
+
+@pytest.mark.parametrize("numpy_from", [0, 10**9])
+@pytest.mark.parametrize("length", [5, 300, 20000])
+def test_every_anchor_occurrence_is_found_as_str_find_finds_it(length: int, numpy_from: int) -> None:
+    """The literal search (through numpy, or a `str.find` per literal) finds every occurrence: overlapping
+    ones, ones at either end, next to non-ASCII characters, literals of 1 to 11 characters."""
+    import random
+
+    from orchestrator.protocols.mcp._literals import INDEX_BITS, Literals
+
+    words = ["user", "you", "env", "__", "_tool", "priorit", "prior", "instruction", " tool", "id_", "é", "\U0001f600"]
+    literals = Literals(
+        ["user", "us", "you", "env", ".env", "__", "_", "_tool", "prior", "priorit", "instruction", "tool", "\n\n"],
+        numpy_from=numpy_from,
+    )
+    rng = random.Random(length)
+    parts: list[str] = []
+    while sum(map(len, parts)) < length:
+        parts.append(rng.choice(words) if rng.random() < 0.3 else rng.choice("abc. \n_"))
+    text = "".join(parts) + "instruction"
+    expected = sorted(
+        position << INDEX_BITS | index
+        for index, literal in enumerate(literals.literals)
+        for position in range(len(text))
+        if text.startswith(literal, position)
+    )
+    assert literals.find(text) == expected

@@ -141,11 +141,14 @@ class _Text:
         self.misplaced: list[tuple[int, str, str]] = []
         """(tool index, value, kind) of values a schema does not expect where they are (`_misplaced`)."""
         self._seen: set[str] = set()
+        # The channels' lists, held here too: `_string` runs for every string of the listing.
+        self._prose_parts, self._prose_origins = self.prose.parts, self.prose.origins
+        self._name_parts, self._name_origins = self.names.parts, self.names.origins
 
     def add_tool(self, index: int, tool: dict[str, Any]) -> None:
         self._seen = set()
         self._visit(index, tool, "", 0)
-        self.own.update(value.lower() for value in self._seen)
+        self.own.update(map(str.lower, self._seen))
 
     def _visit(self, index: int, node: dict[str, Any] | list[Any], parent: str, depth: int) -> None:
         if depth > MAX_DEPTH:
@@ -165,7 +168,7 @@ class _Text:
                         string(index, child)
                 elif kind is dict or kind is list:
                     self._visit(index, child, key, depth + 1)
-                elif isinstance(child, Mapping | tuple):
+                elif kind not in _SCALARS and isinstance(child, Mapping | tuple):
                     self._visit(index, dict(child) if isinstance(child, Mapping) else list(child), key, depth + 1)
             return
         for child in node:
@@ -177,25 +180,25 @@ class _Text:
                     string(index, child)
             elif kind is dict or kind is list:
                 self._visit(index, child, parent, depth + 1)
-            elif isinstance(child, Mapping | tuple):
+            elif kind not in _SCALARS and isinstance(child, Mapping | tuple):
                 self._visit(index, dict(child) if isinstance(child, Mapping) else list(child), parent, depth + 1)
 
     def _string(self, index: int, value: str) -> None:
         if len(value) > rules.IDENTIFIER_CHARS or " " in value or "\n" in value:
-            self.prose.parts.append(rules.without_separators(value))
-            self.prose.origins.append((index, value))
+            self._prose_parts.append(value.replace("\x00", "\x01") if "\x00" in value else value)
+            self._prose_origins.append((index, value))
             return
         if value in self._seen:
             return
         self._seen.add(value)
         if value.isascii() and value.isprintable():
-            self.names.parts.append(value.lower())
-            self.names.origins.append((index, value))
+            self._name_parts.append(value.lower())
+            self._name_origins.append((index, value))
             return
         if not value.isascii():
             self.foreign.append((index, value))
-        self.prose.parts.append(rules.without_separators(value))
-        self.prose.origins.append((index, value))
+        self._prose_parts.append(rules.without_separators(value))
+        self._prose_origins.append((index, value))
 
     def _check_place(self, index: int, value: str, key: str, in_list: bool) -> None:
         kind = _misplaced(value, key, in_list)
@@ -206,6 +209,8 @@ class _Text:
 MAX_DEPTH = 256
 """Deepest nesting walked (the schema limits keep listed tools far shallower; a snapshot file may not)."""
 _CHECKED_KEYS = frozenset(("type", "default", "const", "required"))
+_SCALARS = frozenset((int, float, bool, type(None)))
+"""Types of values with no text, passed over without an `isinstance` check."""
 _JSON_TYPES = frozenset(("string", "number", "integer", "boolean", "object", "array", "null"))
 
 

@@ -1,6 +1,6 @@
 """The detector's rules (`_poisoning.py` runs them): what an instruction aimed at the model looks like.
 
-Each rule starts from a literal anchor (`ANCHORS`), found with `str.find` in the lowercased text, and reads
+Each rule starts from a literal anchor (`ANCHORS`), found together (`_literals.py`) in the lowercased text, and reads
 only the sentence around it, once per sentence; identifiers (names, keys, one-word values) are read as
 words. Rules describe intent in several forms (the verbs and objects of an order, its quantifiers and
 destinations) rather than known payloads. Comments say which real descriptions a rule must leave alone:
@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import re
 import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+
+from ._literals import INDEX_BITS, Literals
 
 __all__ = [
     "EMAIL",
@@ -80,6 +83,8 @@ class _Doc:
     token_end: int = -1
     """End of the last name `_foreign` read (a snake_case name has several '_' anchors)."""
     _words: set[str] = field(default_factory=set)
+    _ends: list[int] | None = None
+    """Where every sentence end (`_SENTENCE_ENDS`) starts, in order; found on the first sentence asked."""
 
     def sentence(self, pos: int) -> tuple[int, int]:
         """Bounds of the sentence around `pos`: between sentence ends (`. `, a blank line, a bullet, a string
@@ -91,18 +96,16 @@ class _Doc:
         return self._last
 
     def _bounds(self, pos: int) -> tuple[int, int]:
-        low = self.low
+        """After the last sentence end that closes before `pos`, through the first one opening at or after it."""
+        if self._ends is None:
+            self._ends = _sentence_ends(self.low)
+        ends = self._ends
         lo = max(0, pos - WINDOW)
-        start = max(
-            low.rfind(". ", lo, pos), low.rfind(".\n", lo, pos), low.rfind("\n\n", lo, pos), low.rfind("\n-", lo, pos)
-        )
-        start = lo if start < 0 else start + 1
-        hi = min(len(low), pos + WINDOW)
-        end = hi
-        for mark in (". ", ".\n", "\n\n", "\n-"):
-            found = low.find(mark, pos, end)
-            if found >= 0:
-                end = found + 1
+        before = bisect.bisect_right(ends, pos - 2)
+        start = ends[before - 1] + 1 if before and ends[before - 1] >= lo else lo
+        hi = min(len(self.low), pos + WINDOW)
+        after = bisect.bisect_left(ends, pos)
+        end = ends[after] + 1 if after < len(ends) and ends[after] <= hi - 2 else hi
         return start, max(end, pos + 1)
 
     def words(self, start: int, end: int) -> set[str]:
@@ -125,6 +128,15 @@ class _Doc:
 
 
 Check = Callable[[_Doc, int], Hit | None]
+_SENTENCE_ENDS = (". ", ".\n", "\n\n", "\n-")
+
+
+def _sentence_ends(low: str) -> list[int]:
+    """The start of every sentence end in `low`, overlapping ones included ('\\n\\n\\n' holds two)."""
+    return [code >> INDEX_BITS for code in _SENTENCE_END_LITERALS.find(low)]
+
+
+_SENTENCE_END_LITERALS = Literals(_SENTENCE_ENDS, numpy_from=3000)
 _WORD = re.compile(r"[a-z]+")
 
 
@@ -742,6 +754,11 @@ _DIRECTIVE = re.compile(
 )
 """A sentence about using a tool the server does not have ('Before using send_email, always add ... to
 bcc', 'whenever run_query is used', 'the create_payment tool ... has a known bug; set ...')."""
+_DIRECTIVE_WORDS = frozenset(
+    "must always never first instead add append set change redirect replace put include send copy bcc cc route "
+    "override modify ensure prepend also log forward mirror push delete".split()
+)
+"""The words of `_DIRECTIVE`, all between word boundaries: `_uses_other` finds nothing without one."""
 _OTHERS = re.compile(
     r"\b(?:ignore|avoid|skip|never\s+use|do\s+not\s+(?:use|call|trust)|don'?t\s+(?:use|call|trust)|not\s+call|never\s+call|"
     r"stop\s+using|in\s+place\s+of|prioritiz\w*\s+\S+\s+over)\s+"
@@ -833,8 +850,18 @@ def _sentence_once(doc: _Doc, rule: str, pos: int) -> tuple[int, int] | None:
 def _others(doc: _Doc, pos: int) -> Hit | None:
     """Steering away from every other tool or server."""
     bounds = _sentence_once(doc, "others", pos)
-    found = _OTHERS.search(doc.low, *bounds) if bounds else None
+    if bounds is None or not (
+        doc.words(*bounds) & _OTHERS_WORDS or any(kind in doc.low[bounds[0] : bounds[1]] for kind in _OTHERS_KINDS)
+    ):
+        return None
+    found = _OTHERS.search(doc.low, *bounds)
     return doc.hit("cross-tool", found.start(), found.end() + 40) if found else None
+
+
+_OTHERS_WORDS = frozenset("other alternative competing standard built existing legacy".split())
+_OTHERS_KINDS = ("server", "mail", "messag", "payment", "file", "database", "shell", "browser")
+"""What each branch of `_OTHERS` holds: one of these words, or one of these kinds of tool or 'server' in
+some word. A sentence with none is not searched."""
 
 
 _COMPARING = frozenset(
@@ -867,10 +894,18 @@ def _first(doc: _Doc, pos: int) -> Hit | None:
     if bounds is None:
         return None
     low, (start, end) = doc.low, bounds
+    if not doc.words(start, end) & _INSISTING:
+        return None
     if _FIRST_OF_ALL.search(low, start, end) and _INSISTENCE.search(low, start, end):
         return doc.hit("cross-tool", start, end)
     found = _HIJACK.search(low, start, end)
     return doc.hit("cross-tool", found.start(), found.end() + 40) if found else None
+
+
+_INSISTING = frozenset(
+    "must always mandatory required requirement has have need needs first skipped optional exception times this".split()
+)
+"""A word of each branch of `_INSISTENCE` and 'this' (of `_HIJACK`): `_first` finds nothing without one."""
 
 
 def _uses_other(doc: _Doc, pos: int) -> Hit | None:
@@ -881,6 +916,8 @@ def _uses_other(doc: _Doc, pos: int) -> Hit | None:
     low, (start, end) = doc.low, bounds
     if low.find("_", start, end) < 0 and low.find("`", start, end) < 0 and low.find("'", start, end) < 0:
         return None  # no tool-like name in the sentence
+    if not doc.words(start, end) & _DIRECTIVE_WORDS:
+        return None
     for found in _USES_OTHER.finditer(low, start, end):
         name = next(group for group in found.groups() if group)
         if not _is_own_cached(doc, name) and _DIRECTIVE.search(low, start, end):
@@ -918,6 +955,8 @@ def _category(doc: _Doc, pos: int) -> Hit | None:
     start, end = doc.sentence(pos)
     if not doc.first_time("category", start):
         return None
+    if not doc.words(start, end) & _ORDERING:
+        return None
     found = _CATEGORY_TOOL.search(doc.low, start, end)
     if found is None:
         return None
@@ -929,6 +968,11 @@ def _category(doc: _Doc, pos: int) -> Hit | None:
     return doc.hit("cross-tool", start, end)
 
 
+_ORDERING = _STRONG_WORDS | frozenset(
+    "prefix prepend append add set change replace redirect route copy forward send include insert bcc cc strip remove "
+    "rewrite modify swap instead also must always never".split()
+)
+"""The words of `_ORDER_VERBS` and `_STRONG`: `_category` finds nothing without one."""
 _GENERIC_KINDS = frozenset(
     "this that same other next previous following above below given selected current relevant appropriate right mcp "
     "available listed individual corresponding related specific matching".split()
@@ -989,23 +1033,39 @@ def without_separators(text: str) -> str:
 
 
 def _invisible(raw: str) -> Iterator[Hit]:
-    """Characters a person does not see but a model reads. An emoji's joiner or presentation selector
-    (👨‍💻, ⚠️) belongs to the emoji, and a byte-order mark opening a string is an encoding artefact."""
-    control = _CONTROL.search(raw)
-    if control:
-        yield Hit("invisible-text", control.start(), _around(raw, control.start()))
-    if raw.isascii():
-        return
-    for found in _INVISIBLE.finditer(raw):
-        index = found.start()
-        char = raw[index]
-        if char in _EMOJI_JOINERS and index and _is_symbol(raw[index - 1]):
-            if char != "\u200d" or (index + 1 < len(raw) and _is_symbol(raw[index + 1])):
-                continue
-        if char == "\ufeff" and (index == 0 or raw[index - 1] in "\n\x00"):
-            continue
+    """Characters a person does not see but a model reads: the first control character, and the first
+    invisible one (`_first_invisible`)."""
+    # One byte per character (Latin-1, '?' beyond it), so the controls, all below U+00A0, keep their place.
+    control = raw.encode("latin-1", "replace").translate(_CONTROL_FLAGS).find(1)
+    if control >= 0:
+        yield Hit("invisible-text", control, _around(raw, control))
+    index = -1 if raw.isascii() else _first_invisible(raw)
+    if index >= 0:
         yield Hit("invisible-text", index, _around(raw, index))
-        return
+
+
+_CONTROL_FLAGS = bytes(1 if _CONTROL.match(chr(byte)) else 0 for byte in range(256))
+"""1 for the bytes `_CONTROL` matches, 0 for the others (a `bytes.translate` table)."""
+
+
+def _first_invisible(raw: str) -> int:
+    """Where the first invisible character is, or -1. An emoji's joiner or presentation selector (👨‍💻, ⚠️)
+    belongs to the emoji, and a byte-order mark opening a string is an encoding artefact. Only the
+    strings with non-ASCII characters are read."""
+    offset = 0
+    for part in raw.split(SEPARATOR):
+        if not part.isascii():
+            for found in _INVISIBLE.finditer(raw, offset, offset + len(part)):
+                index = found.start()
+                char = raw[index]
+                if char in _EMOJI_JOINERS and index and _is_symbol(raw[index - 1]):
+                    if char != "\u200d" or (index + 1 < len(raw) and _is_symbol(raw[index + 1])):
+                        continue
+                if char == "\ufeff" and (index == 0 or raw[index - 1] in "\n\x00"):
+                    continue
+                return index
+        offset += len(part) + len(SEPARATOR)
+    return -1
 
 
 def _is_symbol(char: str) -> bool:
@@ -1109,10 +1169,12 @@ IDENTIFIER_ANCHORS = (
 def scan_identifiers(joined: str, own: set[str]) -> Iterator[Hit]:
     """Hits in identifiers (lowercased, one per string of `joined`) read as words: a name for a leak or an
     injection ('system_prompt', '_injection'), or an order ('content_from_reading_ssh_id_rsa')."""
+    occurrences: list[list[int]] = [[] for _ in IDENTIFIER_ANCHORS]
+    for code in _IDENTIFIER_LITERALS.find(joined):
+        occurrences[code & _INDEX_MASK].append(code >> INDEX_BITS)
     done: set[int] = set()
-    for anchor in IDENTIFIER_ANCHORS:
-        pos = joined.find(anchor)
-        while pos != -1:
+    for positions in occurrences:  # anchor by anchor, as the hits have always come
+        for pos in positions:
             start = joined.rfind("\n", 0, pos) + 1
             if start not in done:
                 done.add(start)
@@ -1120,7 +1182,6 @@ def scan_identifiers(joined: str, own: set[str]) -> Iterator[Hit]:
                 hit = _identifier(joined[start : len(joined) if end < 0 else end], start, own)
                 if hit is not None:
                     yield hit
-            pos = joined.find(anchor, pos + 1)
 
 
 def _identifier(identifier: str, start: int, own: set[str]) -> Hit | None:
@@ -1151,8 +1212,7 @@ def mixed_script(identifier: str) -> bool:
 # ---------------------------------------------------------------------------------------------- anchors
 
 MARKS: dict[str, Check] = {"<": _angle, "[": _square, "{": _curly, "#": _hash, "@": _email}
-"""Single characters that open markup or an address, found in one pass (`_MARK`)."""
-_MARK = re.compile(r"[<\[{#@]")
+"""Single characters that open markup or an address."""
 ANCHORS: tuple[tuple[str, tuple[Check, ...]], ...] = (
     ("__", (_qualified,)),
     ("are loaded", (_own_phrase,)),
@@ -1237,19 +1297,29 @@ def scan(raw: str, own: set[str], *, identifiers: bool = False) -> Iterator[Hit]
     if not identifiers:  # identifiers reach here printable ASCII
         yield from _invisible(raw)
     # Every anchor's occurrences first, then the checks in text order, so each sentence is bounded once.
-    todo: list[tuple[int, int, Check]] = [(mark.start(), 0, MARKS[mark.group(0)]) for mark in _MARK.finditer(low)]
-    for order, (anchor, checks) in enumerate(IDENTIFIER_WORD_ANCHORS if identifiers else ANCHORS, 1):
-        find = low.find
-        pos = find(anchor)
-        while pos != -1:
-            todo.extend((pos, order, check) for check in checks)
-            pos = find(anchor, pos + 1)
-    todo.sort(key=lambda item: (item[0], item[1]))
+    literals, checks_of = _WORD_LITERALS if identifiers else _PROSE_LITERALS
     seen: set[tuple[str, int]] = set()
-    for pos, _order, check in todo:
-        hit = check(doc, pos)
-        if hit is not None and (hit.kind, hit.start) not in seen:
-            seen.add((hit.kind, hit.start))
-            yield hit
+    for code in literals.find(low):
+        pos = code >> INDEX_BITS
+        for check in checks_of[code & _INDEX_MASK]:
+            hit = check(doc, pos)
+            if hit is not None and (hit.kind, hit.start) not in seen:
+                seen.add((hit.kind, hit.start))
+                yield hit
     if not identifiers:
         yield from _encoded(doc)
+
+
+def _searched(
+    anchors: tuple[tuple[str, tuple[Check, ...]], ...], numpy_from: int
+) -> tuple[Literals, list[tuple[Check, ...]]]:
+    """The marks and `anchors` as one set of literals, with the checks of each (a mark before an anchor
+    found at the same place, anchors in their order)."""
+    pairs = [*((mark, (check,)) for mark, check in MARKS.items()), *anchors]
+    return Literals([literal for literal, _ in pairs], numpy_from=numpy_from), [checks for _, checks in pairs]
+
+
+_PROSE_LITERALS = _searched(ANCHORS, numpy_from=4000)
+_WORD_LITERALS = _searched(IDENTIFIER_WORD_ANCHORS, numpy_from=8000)
+_IDENTIFIER_LITERALS = Literals(IDENTIFIER_ANCHORS, numpy_from=8000)
+_INDEX_MASK = (1 << INDEX_BITS) - 1
