@@ -82,9 +82,11 @@ EVIDENCE_LEXICAL_FLOOR = 0.2
 evidence for the tools it led to; its evidence grows linearly from here to 1 (the same words)."""
 EVIDENCE_LEXICAL_WEIGHT = 1.0
 """Lexical ranking: full lexical evidence adds this share of the query's best BM25 score."""
-EVIDENCE_HYBRID_LEXICAL_WEIGHT = 1.0
-"""Hybrid ranking (scores near 0..1): what full lexical evidence adds."""
-EVIDENCE_CENTROID_WEIGHT = 1.5
+EVIDENCE_HYBRID_LEXICAL_WEIGHT = 1.5
+"""Hybrid ranking (scores near 0..1): what full lexical evidence adds. Above the blend's own top of 1: a near
+repeat of a request that led to a tool is the strongest evidence there is. Chosen with
+EVIDENCE_CENTROID_WEIGHT on the four development sets' future halves (benchmarks/retrieval.py --traces)."""
+EVIDENCE_CENTROID_WEIGHT = 1.75
 """Hybrid ranking: a tool with evidence is compared with the query as its own vector plus this times the
 mean vector of the earlier requests that led to it, less the mean of all earlier requests (renormalised):
 the tool as its users ask for it. Without the centring, StableToolBench's templated tasks ("I'm planning a
