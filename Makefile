@@ -40,8 +40,10 @@ check: $(STAMP_TEST)
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 
+# Test files run in parallel, each whole on one worker (its module fixtures, servers and gateways stay
+# together): most tests wait on processes and sockets, so two workers fit two cores.
 test: check install-outside
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist loadfile
 
 clean:
 	rm -rf $(VENV) .pytest_cache
