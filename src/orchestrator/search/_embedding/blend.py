@@ -14,10 +14,12 @@ from .index import VectorIndex
 from .rules import admitted, blend, entry_text
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from numpy.typing import NDArray
 
     from ..._config import ToolSearchSettings
-    from ...protocols.mcp._catalog import ToolCatalog
+    from ...protocols.mcp._catalog import ToolCatalog, ToolEntry
     from .vectors import ToolVectors
 
 __all__ = ["EMBED_MS_PER_TEXT", "EMBED_MS_PER_TOKEN", "SYNC_EMBED_TEXTS", "BlendParts", "HybridBlend"]
@@ -62,9 +64,15 @@ class Runtime(Protocol):
 class _CatalogVectors:
     """One catalog version's tool texts and, once every one is embedded, their vectors."""
 
-    def __init__(self, texts: list[str]) -> None:
+    def __init__(self, entries: Sequence[ToolEntry], texts: list[str], reused: list[int] | None = None) -> None:
+        self.entries = entries
+        """The catalog's entries (held, so `reused` positions stay meaningful)."""
         self.texts = texts
+        self.reused = reused
+        """Per entry, its position in the previous version (-1: new), when it was prepared from one."""
         self.keys: list[bytes] | None = None
+        self.previous_keys: list[bytes] | None = None
+        """The previous version's keys, by its positions, until this version's are made."""
         self.index: VectorIndex | None = None
         self.requested = False
         """Uncached texts were handed to the background thread."""
@@ -99,8 +107,21 @@ class HybridBlend:
         return self.runtime.error is None
 
     def prepare(self, catalog: ToolCatalog) -> None:
-        """A new catalog version: its texts now, its vectors on the first search (nothing is loaded here)."""
-        self._catalog = _CatalogVectors([entry_text(entry) for entry in catalog.entries])
+        """A new catalog version: its texts now, its vectors on the first search (nothing is loaded here).
+        Entries kept from the previous version (a catalog updated per server shares them) keep their text
+        and key: a changed server costs its own tools, not a pass over every tool's text."""
+        entries = catalog.entries
+        last = self._catalog
+        if last is None:
+            self._catalog = _CatalogVectors(entries, [entry_text(entry) for entry in entries])
+            return
+        known = dict(zip(map(id, last.entries), range(len(last.entries)), strict=True))
+        reused = [known.get(id(entry), -1) for entry in entries]
+        old = last.texts
+        texts = [old[at] if at >= 0 else entry_text(entry) for at, entry in zip(reused, entries, strict=True)]
+        state = _CatalogVectors(entries, texts, reused)
+        state.previous_keys = last.keys
+        self._catalog = state
 
     def blend(self, query: str, lexical: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Blended scores for every document and the ids that may be returned (`admitted`).
@@ -168,7 +189,15 @@ class HybridBlend:
     @staticmethod
     def _keys(vectors: ToolVectors, state: _CatalogVectors) -> list[bytes]:
         if state.keys is None:
-            state.keys = vectors.keys(state.texts)
+            before = state.previous_keys
+            if before is None or state.reused is None:
+                state.keys = vectors.keys(state.texts)
+            else:
+                state.keys = [
+                    before[at] if at >= 0 else vectors.keys([text])[0]
+                    for at, text in zip(state.reused, state.texts, strict=True)
+                ]
+            state.previous_keys = None
         return state.keys
 
     def _index(self, vectors: ToolVectors, size: int) -> VectorIndex:
