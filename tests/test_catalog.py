@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestrator import CatalogError, MCPManager, MCPSettings, ToolCatalog
 
@@ -168,6 +171,63 @@ def test_a_snapshot_read_server_by_server_is_the_catalog_of_all_its_lists(tmp_pa
     catalog = ToolCatalog.from_snapshot(path)
     assert catalog.entries == ToolCatalog.from_lists(read_snapshot(path)).entries
     assert catalog.version == ToolCatalog.from_lists(read_snapshot(path)).version
+
+
+LISTS = [
+    TIME_TOOLS,
+    FETCH_TOOLS,
+    [*FETCH_TOOLS, {**FETCH_TOOLS[0], "description": "Fetches a URL.\nSecond line!"}],  # a repeated name
+    [{**TIME_TOOLS[0], "description": "Get current time in a specific timezone."}, TIME_TOOLS[1]],
+    [
+        {**tool, "inputSchema": {"type": "object", "properties": {"n": {"type": "integer", "default": 1.0}}}}
+        for tool in TIME_TOOLS
+    ],
+    [],
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    members=st.lists(
+        st.tuples(
+            st.sampled_from(["time", "fetch", "a b", "tools", "_meta", "x" * 70, "é"]),
+            st.integers(0, len(LISTS) - 1),
+            st.sampled_from([None, 1]),
+        ),
+        max_size=12,
+    )
+)
+def test_a_snapshot_repeating_lists_is_the_catalog_of_all_its_lists(members: list[tuple[str, int, int | None]]) -> None:
+    from orchestrator.protocols.mcp._catalog import read_snapshot
+
+    text = (
+        "{"
+        + ", ".join(f"{json.dumps(server)}: {json.dumps(LISTS[i], indent=indent)}" for server, i, indent in members)
+        + "}"
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "snapshot.json"
+        path.write_text(text, encoding="utf-8")
+        catalog = ToolCatalog.from_snapshot(path)
+        whole = ToolCatalog.from_lists(read_snapshot(path))
+    assert catalog.entries == whole.entries
+    assert [entry.digest for entry in catalog] == [entry.digest for entry in whole]
+    assert catalog.version == whole.version
+
+
+def test_the_real_catalogs_repeated_under_other_servers_load_as_read_whole(shared_data: Path, tmp_path: Path) -> None:
+    from orchestrator.protocols.mcp._catalog import read_snapshot
+
+    lists = read_snapshot(shared_data / "catalogs")
+    path = tmp_path / "snapshot.json"
+    path.write_text(
+        json.dumps({f"{server}{copy}": tools for copy in ("", "-r1", " copy 2") for server, tools in lists.items()})
+    )
+    catalog = ToolCatalog.from_snapshot(path)
+    whole = ToolCatalog.from_lists(read_snapshot(path))
+    assert len(catalog) == 3 * 590
+    assert catalog.entries == whole.entries
+    assert [entry.digest for entry in catalog] == [entry.digest for entry in whole]
 
 
 @pytest.mark.parametrize(

@@ -22,14 +22,15 @@ from ..._bulk import collector_paused
 from ._normalization import (
     DESCRIPTION_LIMIT,
     NormalizedTool,
-    named_alone,
+    kept_alone,
+    names_on,
     normalize_counting,
     one_line,
     qualified_name,
     sanitize_schema,
     sanitize_text,
 )
-from ._snapshot import Unstreamable, read_snapshot, snapshot_lists
+from ._snapshot import Listed, Unstreamable, read_snapshot, snapshot_lists
 
 __all__ = ["ToolCatalog", "ToolEntry", "read_snapshot"]
 
@@ -431,18 +432,24 @@ def _lookups(
 # ---------------------------------------------------------------------- snapshots
 
 
-def _streamed(lists: Iterable[tuple[str, list[dict[str, Any]]]], limit: int) -> ToolCatalog | None:
+def _streamed(lists: Iterable[Listed], limit: int) -> ToolCatalog | None:
     """`from_lists` over snapshot lists read one server at a time (every server is alone: a snapshot has no
-    replica groups), so the server's parsed list is gone before the next is read. None when names would
-    depend on other servers (two tools sharing a hashed name): build from all lists then."""
+    replica groups), so the server's parsed list is gone before the next is read; a list repeating an
+    earlier one's text reuses its tool names and shown fields. None when names would depend on other
+    servers (two tools sharing a hashed name): build from all lists then."""
     parts: dict[str, list[ToolEntry]] = {}
+    # per list handed over: (tool name, shown fields) of each of its tools
+    read: list[list[tuple[str, tuple[Any, ...]]]] = []
     fields = _Shown().fields
-    for server, tools in lists:
+    for server, tools, repeats in lists:
+        if repeats is None:
+            shown = [(tool, fields(raw, limit)) for tool, raw in kept_alone(tools)]
+        else:
+            shown = read[repeats]
+        read.append(shown)
         servers = (server,)
-        parts[server] = [
-            ToolEntry(name, server, servers, tool, *fields(raw, limit))
-            for name, tool, raw in named_alone(server, tools)
-        ]
+        name = names_on(server)
+        parts[server] = [ToolEntry(name(tool), server, servers, tool, *found) for tool, found in shown]
     try:
         catalog = ToolCatalog(entry for part in parts.values() for entry in part)
     except ValueError:  # two tools share a name: normalize_counting re-hashes one, over every server

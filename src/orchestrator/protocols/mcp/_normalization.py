@@ -365,9 +365,16 @@ def offers_alone(server: str, tools: Sequence[Mapping[str, Any]] | None) -> list
 def named_alone(server: str, tools: Sequence[Mapping[str, Any]] | None) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
     """(qualified name, tool name, definition) of each tool of a server alone in its replica group, in
     its order: `offers_alone` without making a NormalizedTool of each."""
+    name = names_on(server)
+    for tool, definition in kept_alone(tools):
+        yield name(tool), tool, definition
+
+
+def kept_alone(tools: Sequence[Mapping[str, Any]] | None) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(tool name, definition) of each tool `named_alone` names, in the list's order: its definitions
+    (others skipped), a repeated tool name's first."""
     seen: set[str] = set()
     offered: Sequence[object] = tools or ()  # a server's list is untrusted
-    name = names_on(server)
     for definition in offered:
         if type(definition) is not dict and not isinstance(definition, Mapping):
             continue
@@ -375,7 +382,7 @@ def named_alone(server: str, tools: Sequence[Mapping[str, Any]] | None) -> Itera
         if tool in seen:
             continue
         seen.add(tool)
-        yield name(tool), tool, definition
+        yield tool, definition
 
 
 def names_on(server: str) -> Callable[[str], str]:
