@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator import CatalogError, MCPManager, MCPSettings, ToolCatalog
+from orchestrator import CatalogError, MCPManager, MCPSettings, ToolCatalog, ToolEntry
 
 from .conftest import stdio_server_config
 
@@ -249,3 +249,18 @@ def test_a_faulty_snapshot_file_is_reported_as_when_read_whole(tmp_path: Path, t
     with pytest.raises(CatalogError) as streamed:
         ToolCatalog.from_snapshot(path)
     assert str(streamed.value) == str(whole.value)
+
+
+def test_entries_a_build_makes_are_tool_entries_as_the_dataclass_makes_them(shared_data: Path) -> None:
+    import dataclasses
+
+    catalog = ToolCatalog.from_snapshot(shared_data / "catalogs")
+    for entry in catalog:
+        fields = [getattr(entry, field.name) for field in dataclasses.fields(entry) if field.init]
+        made = ToolEntry(*fields)
+        assert type(entry) is ToolEntry
+        assert entry == made and hash(entry) == hash(made) and repr(entry) == repr(made)
+        assert entry.digest == made.digest
+        assert dataclasses.replace(entry, name="x") == dataclasses.replace(made, name="x")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        catalog.entries[0].name = "other"  # type: ignore[misc]
