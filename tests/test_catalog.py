@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from orchestrator import CatalogError, MCPManager, MCPSettings, ToolCatalog
+from orchestrator import CatalogError, MCPManager, MCPSettings, ToolCatalog, ToolEntry
 
 from .conftest import stdio_server_config
 
@@ -170,6 +173,63 @@ def test_a_snapshot_read_server_by_server_is_the_catalog_of_all_its_lists(tmp_pa
     assert catalog.version == ToolCatalog.from_lists(read_snapshot(path)).version
 
 
+LISTS = [
+    TIME_TOOLS,
+    FETCH_TOOLS,
+    [*FETCH_TOOLS, {**FETCH_TOOLS[0], "description": "Fetches a URL.\nSecond line!"}],  # a repeated name
+    [{**TIME_TOOLS[0], "description": "Get current time in a specific timezone."}, TIME_TOOLS[1]],
+    [
+        {**tool, "inputSchema": {"type": "object", "properties": {"n": {"type": "integer", "default": 1.0}}}}
+        for tool in TIME_TOOLS
+    ],
+    [],
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    members=st.lists(
+        st.tuples(
+            st.sampled_from(["time", "fetch", "a b", "tools", "_meta", "x" * 70, "é"]),
+            st.integers(0, len(LISTS) - 1),
+            st.sampled_from([None, 1]),
+        ),
+        max_size=12,
+    )
+)
+def test_a_snapshot_repeating_lists_is_the_catalog_of_all_its_lists(members: list[tuple[str, int, int | None]]) -> None:
+    from orchestrator.protocols.mcp._catalog import read_snapshot
+
+    text = (
+        "{"
+        + ", ".join(f"{json.dumps(server)}: {json.dumps(LISTS[i], indent=indent)}" for server, i, indent in members)
+        + "}"
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "snapshot.json"
+        path.write_text(text, encoding="utf-8")
+        catalog = ToolCatalog.from_snapshot(path)
+        whole = ToolCatalog.from_lists(read_snapshot(path))
+    assert catalog.entries == whole.entries
+    assert [entry.digest for entry in catalog] == [entry.digest for entry in whole]
+    assert catalog.version == whole.version
+
+
+def test_the_real_catalogs_repeated_under_other_servers_load_as_read_whole(shared_data: Path, tmp_path: Path) -> None:
+    from orchestrator.protocols.mcp._catalog import read_snapshot
+
+    lists = read_snapshot(shared_data / "catalogs")
+    path = tmp_path / "snapshot.json"
+    path.write_text(
+        json.dumps({f"{server}{copy}": tools for copy in ("", "-r1", " copy 2") for server, tools in lists.items()})
+    )
+    catalog = ToolCatalog.from_snapshot(path)
+    whole = ToolCatalog.from_lists(read_snapshot(path))
+    assert len(catalog) == 3 * 590
+    assert catalog.entries == whole.entries
+    assert [entry.digest for entry in catalog] == [entry.digest for entry in whole]
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -189,3 +249,18 @@ def test_a_faulty_snapshot_file_is_reported_as_when_read_whole(tmp_path: Path, t
     with pytest.raises(CatalogError) as streamed:
         ToolCatalog.from_snapshot(path)
     assert str(streamed.value) == str(whole.value)
+
+
+def test_entries_a_build_makes_are_tool_entries_as_the_dataclass_makes_them(shared_data: Path) -> None:
+    import dataclasses
+
+    catalog = ToolCatalog.from_snapshot(shared_data / "catalogs")
+    for entry in catalog:
+        fields = [getattr(entry, field.name) for field in dataclasses.fields(entry) if field.init]
+        made = ToolEntry(*fields)
+        assert type(entry) is ToolEntry
+        assert entry == made and hash(entry) == hash(made) and repr(entry) == repr(made)
+        assert entry.digest == made.digest
+        assert dataclasses.replace(entry, name="x") == dataclasses.replace(made, name="x")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        catalog.entries[0].name = "other"  # type: ignore[misc]

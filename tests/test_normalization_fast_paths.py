@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import unicodedata
+from pathlib import Path
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -70,6 +72,34 @@ def test_hashed_names_fold_and_hash_as_the_general_path(server: str, tool: str, 
     key: list[object] = [server, tool] if attempt == 0 else [server, tool, attempt]
     payload = json.dumps(key, ensure_ascii=True, default=str)
     assert normalization._digest(server, tool, attempt) == hashlib.sha256(payload.encode("ascii")).hexdigest()[:12]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    server=st.one_of(st.text(max_size=40), st.from_regex(r"[a-z0-9_-]{1,30}", fullmatch=True)),
+    tools=st.lists(st.one_of(st.text(max_size=70), st.from_regex(r"[A-Za-z0-9_-]{1,60}", fullmatch=True)), max_size=6),
+)
+def test_a_servers_namer_names_as_qualified_name(server: str, tools: list[str]) -> None:
+    name = normalization.names_on(server)
+    assert [name(tool) for tool in tools] == [normalization.qualified_name(server, tool) for tool in tools]
+
+
+def test_a_servers_namer_names_the_real_catalogs_as_qualified_name(shared_data: Path) -> None:
+    pairs = [
+        (tool["server"], tool["name"])
+        for tools in (shared_data / "retrieval").glob("*/tools.json")
+        for tool in json.loads(tools.read_text(encoding="utf-8"))
+    ]
+    pairs += [(path.stem, tool["name"]) for path in (shared_data / "catalogs").glob("*.json") for tool in _tools(path)]
+    assert len(pairs) > 3_000
+    assert all(
+        normalization.names_on(server)(tool) == normalization.qualified_name(server, tool) for server, tool in pairs
+    )
+
+
+def _tools(path: Path) -> list[dict[str, Any]]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return data["tools"] if isinstance(data, dict) else data
 
 
 def test_a_schema_with_nothing_to_clean_is_returned_itself_and_a_dirty_one_is_copied() -> None:

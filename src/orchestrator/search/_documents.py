@@ -97,9 +97,10 @@ def _pairs(
     """
     terms_by_id = analyzer.terms_by_id
     terms, docs, frequencies = _aggregated(terms, docs, freqs, len(terms_by_id))
-    frequencies = frequencies.astype(np.float64)
-    frequencies[analyzer.form_flags()[terms].astype(bool)] *= form_weight
-    starts = np.flatnonzero(np.diff(terms, prepend=-1))  # a term starts where its id changes
+    # Per term id, what its sums are multiplied by: form_weight for an exact form, else 1 (x * 1.0 is x).
+    scale = np.where(analyzer.form_flags().astype(bool), form_weight, 1.0)
+    frequencies = frequencies.astype(np.float64) * scale[terms]
+    starts = np.flatnonzero(_changes(terms))  # a term starts where its id changes
     return Batch(
         terms=[terms_by_id[term] for term in terms[starts].tolist()],
         starts=starts,
@@ -115,12 +116,20 @@ def _aggregated(
     """(term, document, summed weight) per distinct pair, term-major, documents ascending."""
     order = _stable_order(terms, vocabulary)
     terms, docs, freqs = terms[order], docs[order], freqs[order]
-    firsts = np.ones(terms.size, dtype=bool)
-    firsts[1:] = (terms[1:] != terms[:-1]) | (docs[1:] != docs[:-1])
+    firsts = _changes(terms)
+    firsts[1:] |= docs[1:] != docs[:-1]
     firsts = np.flatnonzero(firsts)
     if firsts.size:
         freqs = np.add.reduceat(freqs, firsts)
     return terms[firsts], docs[firsts], freqs
+
+
+def _changes(values: np.ndarray) -> np.ndarray:
+    """True where a value differs from the one before it (and at the first)."""
+    changed = np.empty(values.size, dtype=bool)
+    changed[:1] = True
+    np.not_equal(values[1:], values[:-1], out=changed[1:])
+    return changed
 
 
 def _count_shared(
@@ -151,7 +160,10 @@ def _count_shared(
     by_model = np.argsort(m_docs, kind="stable")  # each model's pairs together, in term order
     m_terms, m_sums = m_terms[by_model], m_sums[by_model]
     m_lengths = np.bincount(m_docs, minlength=len(models))
-    servers = {server: index for index, server in enumerate(dict.fromkeys(entry.server for entry in entries))}
+    servers: dict[str, int] = {}  # server -> its number, in order of first entry
+    entry_server = np.fromiter(
+        (servers.setdefault(entry.server, len(servers)) for entry in entries), np.int64, len(entries)
+    )
     s_ids = [tuple(analyzer.term_ids(server)) for server in servers]
     s_lengths = np.fromiter(map(len, s_ids), np.int64, len(s_ids))
     server_weight = weights.values()[0]
@@ -162,7 +174,6 @@ def _count_shared(
         [np.fromiter(chain.from_iterable(s_ids), np.int32, s_total), m_terms.astype(np.int32)]
     )
     source_weights = np.concatenate([np.full(s_total, server_weight, np.float32), m_sums])
-    entry_server = np.fromiter((servers[entry.server] for entry in entries), np.int64, len(entries))
     entry_model = np.asarray(of_entry, dtype=np.int64)
     # Per tool two blocks of the sources: its server's words, then its model's sums.
     starts = np.empty(2 * len(entries), dtype=np.int64)

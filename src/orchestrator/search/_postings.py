@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import operator
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -93,13 +94,9 @@ class Corpus:
         freqs = _narrow(batch.freqs)
         postings = {term: (batch.docs[start:end], freqs[start:end]) for term, start, end in batch.slices()}
         df_counts = _histogram(end - start for _term, start, end in batch.slices())
-        by_server: dict[str, list[int]] = {}
-        for slot, entry in enumerate(entries):
-            by_server.setdefault(entry.server, []).append(slot)
-        servers = {server: np.asarray(slots, dtype=np.int32) for server, slots in by_server.items()}
         size = len(entries)
         names = [entry.name for entry in entries]
-        if all(a < b for a, b in itertools.pairwise(names)):
+        if all(map(operator.lt, names, itertools.islice(names, 1, None))):
             order = np.arange(size, dtype=np.int32)
         else:
             order = np.asarray(sorted(range(size), key=names.__getitem__), dtype=np.int32)
@@ -113,7 +110,7 @@ class Corpus:
             rank=rank,
             free=np.empty(0, dtype=np.int32),
             df_counts=df_counts,
-            servers=servers,
+            servers=_slots_by_server(entries),
         )
 
     @property
@@ -247,6 +244,17 @@ def _allocate(free: np.ndarray, count: int, capacity: int) -> tuple[np.ndarray, 
     extra = count - len(taken)
     fresh = np.arange(capacity, capacity + extra, dtype=np.int32)
     return np.concatenate([taken, fresh]).astype(np.int32), free[count:], capacity + extra
+
+
+def _slots_by_server(entries: Sequence[ToolEntry]) -> dict[str, np.ndarray]:
+    """Each server's slots (int32, ascending) when entry i is in slot i, servers in order of first slot."""
+    numbers: dict[str, int] = {}
+    of_slot = np.fromiter((numbers.setdefault(entry.server, len(numbers)) for entry in entries), np.int32, len(entries))
+    slots = np.argsort(of_slot, kind="stable").astype(np.int32)
+    counts = np.bincount(of_slot, minlength=len(numbers))
+    ends = np.cumsum(counts)
+    starts = (ends - counts).tolist()
+    return {server: slots[start:end] for server, start, end in zip(numbers, starts, ends.tolist(), strict=True)}
 
 
 def _servers_after(

@@ -365,6 +365,14 @@ def offers_alone(server: str, tools: Sequence[Mapping[str, Any]] | None) -> list
 def named_alone(server: str, tools: Sequence[Mapping[str, Any]] | None) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
     """(qualified name, tool name, definition) of each tool of a server alone in its replica group, in
     its order: `offers_alone` without making a NormalizedTool of each."""
+    name = names_on(server)
+    for tool, definition in kept_alone(tools):
+        yield name(tool), tool, definition
+
+
+def kept_alone(tools: Sequence[Mapping[str, Any]] | None) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(tool name, definition) of each tool `named_alone` names, in the list's order: its definitions
+    (others skipped), a repeated tool name's first."""
     seen: set[str] = set()
     offered: Sequence[object] = tools or ()  # a server's list is untrusted
     for definition in offered:
@@ -374,7 +382,33 @@ def named_alone(server: str, tools: Sequence[Mapping[str, Any]] | None) -> Itera
         if tool in seen:
             continue
         seen.add(tool)
-        yield qualified_name(server, tool), tool, definition
+        yield tool, definition
+
+
+def names_on(server: str) -> Callable[[str], str]:
+    """`qualified_name(server, tool)` for the tools of one server, its part worked out once: naming a
+    large snapshot's tools was mostly redoing the server's checks, sanitising and JSON per tool."""
+    if type(server) is not str:
+        return functools.partial(qualified_name, server)
+    prefix = f"{server}{SEPARATOR}"
+    room = MAX_NAME_LENGTH - len(prefix) if _lossless_server(server) else -1
+    server_part = _server_part(server)
+    server_keep = min(SERVER_KEEP, _READABLE_BUDGET // 2)
+    head = f"[{_json_string(server)}, "
+
+    def name(tool: str) -> str:
+        if type(tool) is not str:
+            return qualified_name(server, tool)
+        if len(tool) <= room and _lossless_tool(tool):
+            return prefix + tool
+        tool_part = _sanitised(tool)
+        keep = min(len(server_part), max(server_keep, _READABLE_BUDGET - len(tool_part)))
+        readable = server_part[:keep].rstrip("_")
+        readable_tool = tool_part[: _READABLE_BUDGET - len(readable)].rstrip("_")
+        digest = hashlib.sha256(f"{head}{_json_string(tool)}]".encode("ascii")).hexdigest()[:HASH_LENGTH]
+        return f"{readable}{SEPARATOR}{readable_tool}{HASH_MARK}{digest}"
+
+    return name
 
 
 def reverse_map(tools: Iterable[NormalizedTool], *, aliases: bool = True) -> dict[str, tuple[str, str]]:

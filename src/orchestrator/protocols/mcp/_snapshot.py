@@ -4,7 +4,8 @@
 `snapshot_lists` hands them over one server at a time where it can (a folder, file by file; a mapping
 file, member by member), so a catalog built from a large snapshot never holds the whole parsed file: what
 each server's list leaves behind is reused by the next instead of scattering the catalog over memory that
-can no longer be given back.
+can no longer be given back. A list whose JSON text repeats an earlier one's character for character (a
+registry's deployments of one server) is not parsed again: it is handed over as a repeat of that one.
 """
 
 from __future__ import annotations
@@ -13,16 +14,31 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..._errors import CatalogError
 
-__all__ = ["Unstreamable", "read_snapshot", "snapshot_lists"]
+__all__ = ["Listed", "Unstreamable", "read_snapshot", "snapshot_lists"]
 
 _RESULT_KEYS = {"tools", "nextCursor", "_meta"}
 """Keys of a `tools/list` result: a JSON object with only these is one server's list, not a mapping."""
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 """What JSON allows between tokens (json.decoder's own pattern)."""
+
+
+_REPEAT_KEY = 64
+"""Characters at the start of a list's JSON text that find the earlier list it may repeat."""
+
+
+class Listed(NamedTuple):
+    """One server's list from `snapshot_lists`."""
+
+    server: str
+    tools: list[dict[str, Any]]
+    """Its tools; [] when `repeats` is set."""
+    repeats: int | None = None
+    """The position, in the order handed over, of the earlier list whose JSON text this one's is exactly
+    (so its parse would be equal): use what was made of that one."""
 
 
 class Unstreamable(Exception):
@@ -85,9 +101,9 @@ def _tools_with_server(data: list[Any], path: Path) -> dict[str, list[dict[str, 
     return grouped
 
 
-def snapshot_lists(path: str | Path) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """(server, its tools) for each server of a snapshot, as `read_snapshot` reads them but one at a time
-    (a server named twice in a file comes twice: the later list wins, as in `read_snapshot`).
+def snapshot_lists(path: str | Path) -> Iterator[Listed]:
+    """Each server's list of a snapshot, as `read_snapshot` reads them but one at a time (a server named
+    twice in a file comes twice: the later list wins, as in `read_snapshot`).
 
     Raises:
         CatalogError: as `read_snapshot`, for a folder and a missing or unreadable path.
@@ -99,7 +115,7 @@ def snapshot_lists(path: str | Path) -> Iterator[tuple[str, list[dict[str, Any]]
         if not files:
             raise CatalogError(f"{path}: snapshot folder holds no <server>.json files")
         for file in files:
-            yield file.stem, _server_list(_read_json(file), file, file.stem)
+            yield Listed(file.stem, _server_list(_read_json(file), file, file.stem))
         return
     if not path.is_file():
         raise CatalogError(f"{path}: snapshot not found (expected a folder of <server>.json or a JSON file)")
@@ -109,7 +125,7 @@ def snapshot_lists(path: str | Path) -> Iterator[tuple[str, list[dict[str, Any]]
         raise Unstreamable(str(exc)) from exc
 
 
-def _members(text: str, path: Path) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+def _members(text: str, path: Path) -> Iterator[Listed]:
     """The members of a JSON object text one by one; a tools/list result's keys held until the end shows
     whether the object is one server's result or a mapping that happens to name such servers."""
     decoder = json.JSONDecoder()
@@ -118,7 +134,7 @@ def _members(text: str, path: Path) -> Iterator[tuple[str, list[dict[str, Any]]]
         raise Unstreamable("not a JSON object")
     at = _skip(text, at + 1)
     held: dict[str, Any] = {}
-    mapping = False
+    lists = _Lists(text)
     while not text.startswith("}", at):
         if not text.startswith('"', at):
             raise Unstreamable("not a member name")
@@ -126,12 +142,19 @@ def _members(text: str, path: Path) -> Iterator[tuple[str, list[dict[str, Any]]]
         at = _skip(text, at)
         if not text.startswith(":", at):
             raise Unstreamable("no ':' after a member name")
-        tools, at = decoder.raw_decode(text, _skip(text, at + 1))
-        if server in _RESULT_KEYS:
-            held[server] = tools
+        start = _skip(text, at + 1)
+        repeat = None if server in _RESULT_KEYS else lists.repeated(start)
+        if repeat is not None:
+            earlier, at = repeat
+            yield Listed(server, [], earlier)
+            lists.count += 1
         else:
-            mapping = True
-            yield server, _server_list(tools, path, server)
+            tools, at = decoder.raw_decode(text, start)
+            if server in _RESULT_KEYS:
+                held[server] = tools
+            else:
+                yield Listed(server, _server_list(tools, path, server))
+                lists.add(start, at)
         at = _skip(text, at)
         if text.startswith(",", at):
             at = _skip(text, at + 1)
@@ -139,11 +162,41 @@ def _members(text: str, path: Path) -> Iterator[tuple[str, list[dict[str, Any]]]
             raise Unstreamable("no ',' between members")
     if _skip(text, at + 1) != len(text):
         raise Unstreamable("data after the object")
-    if not mapping and "tools" in held:
-        yield path.stem, _server_list(held, path, path.stem)
+    if not lists.count and "tools" in held:
+        yield Listed(path.stem, _server_list(held, path, path.stem))
         return
     for server, tools in held.items():
-        yield server, _server_list(tools, path, server)
+        yield Listed(server, _server_list(tools, path, server))
+
+
+class _Lists:
+    """Where each list handed over lies in the snapshot text, to tell when a later list is the same text.
+
+    A JSON array ends at its closing bracket, so text equal to an earlier list's, from where a value
+    starts, is that whole value, and parses to an equal list.
+    """
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._spans: dict[str, tuple[int, int, int]] = {}
+        """First characters -> (position, start, end) of the latest list handed over that starts with them."""
+        self.count = 0
+        """Lists handed over so far."""
+
+    def add(self, start: int, end: int) -> None:
+        """The list just handed over lies at text[start:end]."""
+        self._spans[self._text[start : start + _REPEAT_KEY]] = (self.count, start, end)
+        self.count += 1
+
+    def repeated(self, at: int) -> tuple[int, int] | None:
+        """(position of the earlier list, end of this one) when the text at `at` repeats an earlier list."""
+        found = self._spans.get(self._text[at : at + _REPEAT_KEY])
+        if found is None:
+            return None
+        position, start, end = found
+        if self._text[at : at + end - start] != self._text[start:end]:
+            return None
+        return position, at + end - start
 
 
 def _skip(text: str, at: int) -> int:
