@@ -242,7 +242,8 @@ class LexicalIndex:
         # bincount adds each slot's contributions in the order given, from 0.0: term by term, as get_scores.
         scores = np.bincount(slots, weights=np.concatenate([pair[1] for pair in found]), minlength=capacity)
         if all(pair[2] for pair in found):  # every contribution positive: the documents scored are those above 0
-            return scores, np.flatnonzero(scores)
+            # Compared first: numpy's nonzero over a bool array is several times faster than over floats.
+            return scores, np.flatnonzero(scores > 0)
         matched = np.zeros(capacity, dtype=bool)
         matched[slots] = True
         return scores, np.flatnonzero(matched)
