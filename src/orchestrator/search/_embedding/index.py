@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .model import DIMENSION
+from .model import DIMENSION, SemanticScorer
 from .onnx_graph import matmul_integer
 
 if TYPE_CHECKING:
@@ -225,8 +225,7 @@ class VectorIndex:
         """Each tool's cosine with the query's closest sentence (rows of `query`; all unit vectors)."""
         sentences = np.atleast_2d(np.asarray(query, np.float32))
         if self.vectors is not None:
-            exact: NDArray[np.float32] = (self.vectors @ sentences.T).max(axis=1)
-            return exact
+            return SemanticScorer.similarities(sentences, self.vectors)
         if not self.size:
             return np.zeros(0, np.float32)
         codes, scales = encode(sentences)
