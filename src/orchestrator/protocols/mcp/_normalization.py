@@ -323,15 +323,7 @@ def _offers(
         if sharing[group] == 1:  # nothing to collapse with: every tool is its own entry
             entries += offers_alone(server, tools_by_server[server])
             continue
-        seen: set[str] = set()
-        offered: Sequence[object] = tools_by_server[server] or ()  # a server's list is untrusted
-        for definition in offered:
-            if type(definition) is not dict and not isinstance(definition, Mapping):
-                continue
-            tool = _tool_name(definition)
-            if tool in seen:
-                continue
-            seen.add(tool)
+        for tool, definition in kept_alone(tools_by_server[server]):
             offers = by_tool.setdefault((group, tool), [])
             for offer in offers:
                 if _same_tool(offer[0][1], definition):
