@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
@@ -27,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from orchestrator import ToolCatalog, ToolEntry  # noqa: E402
+from orchestrator.search._evaluation import EvalQuery, evaluate_rankings  # noqa: E402
 
 DATA = Path(os.environ.get("ORCHESTRATOR_SHARED_DATA", REPO.parent / "shared" / "data"))
 CATALOGS = DATA / "catalogs"
@@ -301,3 +303,26 @@ def _commit() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "commit unknown"
     return f"commit {head}" + (" with uncommitted changes" if changed else "")
+
+
+@dataclass(frozen=True)
+class Figures:
+    """hit@1, hit@k and MRR of one ranking on one set or style."""
+
+    hit1: float
+    hit5: float
+    mrr: float
+
+    def cell(self) -> str:
+        return f"{self.hit1:.3f} / {self.hit5:.3f} / {self.mrr:.3f}"
+
+
+def figures_by_style(
+    catalog: ToolCatalog, queries: Sequence[EvalQuery], rankings: Sequence[Sequence[str] | None], k: int
+) -> dict[str | None, Figures]:
+    """The figures of `rankings` for the whole set (key None) and each style."""
+    report = evaluate_rankings(catalog, queries, rankings, k)
+    out: dict[str | None, Figures] = {None: Figures(report.hit_at_1, report.hit_at_k, report.mrr)}
+    for style, part in report.styles.items():
+        out[style] = Figures(part.hit_at_1, part.hit_at_k, part.mrr)
+    return out

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from _common import Figures, figures_by_style
 from orchestrator import (
     EmbeddingRuntime,
     SearchQueryError,
@@ -27,7 +28,7 @@ from orchestrator import (
     TraceStore,
 )
 from orchestrator._store import MemoryStore
-from orchestrator.search._evaluation import MRR_DEPTH, EvalQuery, evaluate_rankings
+from orchestrator.search._evaluation import MRR_DEPTH, EvalQuery
 from orchestrator.search._evidence import trace_vectors
 
 K = 5
@@ -75,16 +76,6 @@ def one_spawn_traces(past: Sequence[EvalQuery]) -> list[Trace]:
     ]
 
 
-@dataclass(frozen=True)
-class Cell:
-    hit1: float
-    hit5: float
-    mrr: float
-
-    def text(self) -> str:
-        return f"{self.hit1:.3f} / {self.hit5:.3f} / {self.mrr:.3f}"
-
-
 Rankings = list[list[str] | None]
 
 
@@ -98,13 +89,9 @@ def rank_all(engine: ToolSearchEngine, queries: Sequence[EvalQuery]) -> Rankings
     return rankings
 
 
-def cells(catalog: ToolCatalog, queries: Sequence[EvalQuery], rankings: Rankings) -> dict[str | None, Cell]:
+def cells(catalog: ToolCatalog, queries: Sequence[EvalQuery], rankings: Rankings) -> dict[str | None, Figures]:
     """hit@1 / hit@5 / MRR for the whole half (None) and per style."""
-    report = evaluate_rankings(catalog, queries, rankings, K)
-    found: dict[str | None, Cell] = {None: Cell(report.hit_at_1, report.hit_at_k, report.mrr)}
-    for style, part in report.styles.items():
-        found[style] = Cell(part.hit_at_1, part.hit_at_k, part.mrr)
-    return found
+    return figures_by_style(catalog, queries, rankings, K)
 
 
 @dataclass
@@ -115,7 +102,7 @@ class Outcome:
     past: int
     future: int
     traces: int
-    figures: dict[str, dict[str, dict[str | None, Cell]]]
+    figures: dict[str, dict[str, dict[str | None, Figures]]]
     seconds: dict[str, float]
     one_spawn_identical: dict[str, bool]
 
@@ -136,7 +123,7 @@ def measure(
     outcome = Outcome(name, len(past), len(future), len(kept), {}, {}, {})
     for ranking in ("lexical", "hybrid") if runtime is not None else ("lexical",):
         vectors = (lambda: trace_vectors(runtime)) if ranking == "hybrid" and runtime is not None else None
-        figures: dict[str, dict[str | None, Cell]] = {}
+        figures: dict[str, dict[str | None, Figures]] = {}
         baseline: Rankings = []
         flood = stored(one_spawn_traces(past), learning)
         for label, source in (("without", None), ("with", kept), ("one spawn", flood)):
@@ -177,7 +164,7 @@ def report(outcomes: Sequence[Outcome], table: Callable[[list[str], list[list[st
             )
             row = [label]
             for ranking in rankings:
-                row += [outcome.figures[ranking][which][style].text() for which in ("without", "with")]
+                row += [outcome.figures[ranking][which][style].cell() for which in ("without", "with")]
             rows.append(row)
         for ranking in rankings:
             without, with_ = (outcome.figures[ranking][which][None].hit5 for which in ("without", "with"))

@@ -44,9 +44,11 @@ from _common import (
     DEV_SETS,
     RETRIEVAL,
     SETS,
+    Figures,
     add_results_flag,
     anchor_rankers,
     fallbacks,
+    figures_by_style,
     report_targets,
     run_recorded,
     table,
@@ -77,18 +79,6 @@ TARGET_HYBRID_STYLE_HIT5 = {"non-english": 0.65}
 
 Ranking = list[str] | None
 """Qualified names, best first; None for a query the project refused."""
-
-
-@dataclass(frozen=True)
-class Figures:
-    """hit@1, hit@5 and MRR (top 10) of one ranking on one set or style."""
-
-    hit1: float
-    hit5: float
-    mrr: float
-
-    def cell(self) -> str:
-        return f"{self.hit1:.3f} / {self.hit5:.3f} / {self.mrr:.3f}"
 
 
 @dataclass
@@ -131,11 +121,7 @@ def figures(
 ) -> dict[str | None, Figures]:
     """The comparison figures (top 10, as the anchors) for the whole set (key None) and each style."""
     cut = [ranked[:ANCHOR_DEPTH] if ranked is not None else None for ranked in rankings]
-    report = evaluate_rankings(catalog, queries, cut, K)
-    out: dict[str | None, Figures] = {None: Figures(report.hit_at_1, report.hit_at_k, report.mrr)}
-    for style, part in report.styles.items():
-        out[style] = Figures(part.hit_at_1, part.hit_at_k, part.mrr)
-    return out
+    return figures_by_style(catalog, queries, cut, K)
 
 
 class Hybrid:
