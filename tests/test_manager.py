@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -451,8 +452,11 @@ async def test_cancelling_the_task_holding_the_manager_stops_its_children(tmp_pa
 
 CTRL_C_SCRIPT = textwrap.dedent(
     """
-    import sys, anyio
+    import faulthandler, signal, sys, anyio
     from orchestrator._config import MCPSettings, ServerConfig
+
+    # SIGUSR1 writes every thread's stack to stderr, which the test shows if closing hangs.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     from orchestrator.protocols.mcp._manager import MCPManager
 
     async def main():
@@ -475,6 +479,20 @@ CTRL_C_EXIT_TIMEOUT_S = 60
 test is about the children, checked as soon as the manager has closed."""
 
 
+CTRL_C_CLOSE_TIMEOUT_S = 45
+"""Closing takes under 3 s (stdin closed, then SIGTERM); far past that the manager is stuck."""
+
+
+def _line_within(process: subprocess.Popen[str], timeout_s: float) -> str | None:
+    """The child's next stdout line, or None if none arrives within `timeout_s`."""
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.append(process.stdout.readline() if process.stdout else ""))
+    reader.daemon = True
+    reader.start()
+    reader.join(timeout_s)
+    return lines[0] if lines else None
+
+
 def test_ctrl_c_stops_every_child_process(tmp_path: Path) -> None:
     process = subprocess.Popen(
         [sys.executable, "-c", CTRL_C_SCRIPT, str(tmp_path), str(REPO_ROOT / "tests" / "servers" / "basic.py")],
@@ -488,7 +506,15 @@ def test_ctrl_c_stops_every_child_process(tmp_path: Path) -> None:
         children = _live_descendants(process.pid)
         assert len(children) == 4  # two servers, each under its keeper
         process.send_signal(signal.SIGINT)
-        assert process.stdout.readline().split() == ["closed"]  # printed once the manager has closed
+        # printed once the manager has closed; past the bound, the child's stacks explain the hang
+        closed = _line_within(process, CTRL_C_CLOSE_TIMEOUT_S)
+        if closed is None:
+            process.send_signal(signal.SIGUSR1)
+            time.sleep(1)
+            process.kill()
+            _, stderr = process.communicate()
+            pytest.fail(f"no 'closed' {CTRL_C_CLOSE_TIMEOUT_S} s after Ctrl-C; the child's stderr:\n{stderr}")
+        assert closed.split() == ["closed"]
         assert not [pid for pid in children if _alive(pid)]
         process.wait(timeout=CTRL_C_EXIT_TIMEOUT_S)
     finally:
