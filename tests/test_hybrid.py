@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -545,3 +546,40 @@ async def test_a_full_mode_gateway_embeds_nothing(
             pass
         gateway.close()
     assert model.texts_embedded == before and not loaded.vectors().warming
+
+
+def test_two_flushes_at_once_write_the_new_vectors_once(tmp_path: Path) -> None:
+    from orchestrator._store import FileStore
+    from orchestrator.search._embedding.model import DIMENSION
+    from orchestrator.search._embedding.store import VectorStore
+
+    class SlowFileStore(FileStore):
+        """A real file store whose first write waits (up to 1 s) for a second one to start."""
+
+        def __init__(self, root: Path) -> None:
+            super().__init__(root)
+            self.writes = 0
+            self.second = threading.Event()
+
+        def put_blobs(self, namespace: str, blobs: Any, *, limit: int) -> None:
+            self.writes += 1
+            if self.writes == 1:
+                self.second.wait(1)
+            else:
+                self.second.set()
+            super().put_blobs(namespace, blobs, limit=limit)
+
+    files = SlowFileStore(tmp_path)
+    vectors = VectorStore(files, "model", str(tmp_path))
+    row = np.zeros(DIMENSION, np.float32)
+    row[0] = 1.0
+    with vectors.lock:
+        vectors.add({vectors.key("a tool text"): row})
+    flushes = [threading.Thread(target=vectors.flush) for _ in range(2)]
+    for flush in flushes:
+        flush.start()
+    for flush in flushes:
+        flush.join(10)
+    assert files.writes == 1
+    assert not vectors.dirty
+    assert len([path for path in (tmp_path / CACHE_NAME).iterdir() if not path.name.startswith(".")]) == 1

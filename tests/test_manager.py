@@ -493,6 +493,11 @@ def _line_within(process: subprocess.Popen[str], timeout_s: float) -> str | None
     return lines[0] if lines else None
 
 
+def _signal_masks(pid: int) -> str:
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return " ".join(line for line in status if line.startswith(("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")))
+
+
 def test_ctrl_c_stops_every_child_process(tmp_path: Path) -> None:
     process = subprocess.Popen(
         [sys.executable, "-c", CTRL_C_SCRIPT, str(tmp_path), str(REPO_ROOT / "tests" / "servers" / "basic.py")],
@@ -509,11 +514,14 @@ def test_ctrl_c_stops_every_child_process(tmp_path: Path) -> None:
         # printed once the manager has closed; past the bound, the child's stacks explain the hang
         closed = _line_within(process, CTRL_C_CLOSE_TIMEOUT_S)
         if closed is None:
+            masks = _signal_masks(process.pid), _signal_masks(os.getpid())
             process.send_signal(signal.SIGUSR1)
             time.sleep(1)
             process.kill()
             _, stderr = process.communicate()
-            pytest.fail(f"no 'closed' {CTRL_C_CLOSE_TIMEOUT_S} s after Ctrl-C; the child's stderr:\n{stderr}")
+            pytest.fail(
+                f"no 'closed' {CTRL_C_CLOSE_TIMEOUT_S} s after Ctrl-C; signals (child, test) {masks}; stderr:\n{stderr}"
+            )
         assert closed.split() == ["closed"]
         assert not [pid for pid in children if _alive(pid)]
         process.wait(timeout=CTRL_C_EXIT_TIMEOUT_S)

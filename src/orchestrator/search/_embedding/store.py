@@ -63,6 +63,8 @@ class VectorStore:
         """Keys this process embedded or found in the store: what `wait` checks without a store read."""
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
+        # One flush at a time: two at once (the warmer's and a waiter's) would both write the same vectors.
+        self._flushing = threading.Lock()
         self.generation = 0
         """Bumped (under `lock`) whenever this process adds vectors."""
         self._failed: set[str] = set()
@@ -117,20 +119,21 @@ class VectorStore:
     def flush(self) -> None:
         """Write the unsaved vectors to the store, outside `lock` (a slow Redis must not hold up searches);
         they stay in memory, and are tried again, when it fails. Do not hold `lock`."""
-        with self.lock:
-            unsaved = dict(self._unsaved)
-        if not unsaved:
-            return
-        records = {key: np.ascontiguousarray(vector, "<f4").tobytes() for key, vector in unsaved.items()}
-        try:
-            self.store.put_blobs(CACHE_NAME, records, limit=CACHE_LIMIT)
-        except (StoreError, OSError) as exc:  # boundary: a read-only cache dir or a Redis outage
-            self._note("write", exc)
-            return
-        with self.lock:
-            for key, vector in unsaved.items():
-                if self._unsaved.get(key) is vector:
-                    del self._unsaved[key]
+        with self._flushing:
+            with self.lock:
+                unsaved = dict(self._unsaved)
+            if not unsaved:
+                return
+            records = {key: np.ascontiguousarray(vector, "<f4").tobytes() for key, vector in unsaved.items()}
+            try:
+                self.store.put_blobs(CACHE_NAME, records, limit=CACHE_LIMIT)
+            except (StoreError, OSError) as exc:  # boundary: a read-only cache dir or a Redis outage
+                self._note("write", exc)
+                return
+            with self.lock:
+                for key, vector in unsaved.items():
+                    if self._unsaved.get(key) is vector:
+                        del self._unsaved[key]
 
     def _note(self, action: str, exc: Exception) -> None:
         if action not in self._failed:
