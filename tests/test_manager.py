@@ -457,6 +457,9 @@ CTRL_C_SCRIPT = textwrap.dedent(
 
     # SIGUSR1 writes every thread's stack to stderr, which the test shows if closing hangs.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # Ctrl-C as in a terminal: a shell that ran the tests in the background (`make test &`) left SIGINT
+    # ignored, and ignored signals are inherited.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from orchestrator.protocols.mcp._manager import MCPManager
 
     async def main():
