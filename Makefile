@@ -7,16 +7,17 @@ STAMP_TEST := $(VENV)/.installed-test
 
 .PHONY: demo test check install-demo install-test install-outside clean
 
+# --no-compile: Python compiles what is imported on first use, sooner than pip compiles every file.
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --no-compile --upgrade pip
 
 $(STAMP_DEMO): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[demo]'
+	$(BIN)/python -m pip install --quiet --no-compile -e '.[demo]'
 	touch $@
 
 $(STAMP_TEST): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[test,demo]'
+	$(BIN)/python -m pip install --quiet --no-compile -e '.[test,demo]'
 	touch $@
 
 install-demo: $(STAMP_DEMO)
@@ -40,10 +41,12 @@ check: $(STAMP_TEST)
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 
-# Test files run in parallel, each whole on one worker (its module fixtures, servers and gateways stay
-# together): most tests wait on processes and sockets, so two workers fit two cores.
-test: check install-outside
-	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist loadfile
+# The static checks run while the outside parts install (mostly downloads). Then test files run in
+# parallel, each whole on one worker (its module fixtures, servers and gateways stay together): most
+# tests wait on processes and sockets, so four workers keep two cores busy.
+test:
+	$(MAKE) --no-print-directory --output-sync -j2 check install-outside
+	$(BIN)/python -m pytest -n 4 --dist loadfile
 
 clean:
 	rm -rf $(VENV) .pytest_cache

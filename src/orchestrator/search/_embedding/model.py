@@ -224,6 +224,9 @@ class SemanticScorer:
             timer.daemon = True
             timer.start()
         sentences = query_sentences(text)
+        # USE multilingual v3 runs on a second thread meanwhile (numpy and onnxruntime both release the
+        # GIL): a query waits for the slower model, not for both in turn.
+        multilingual = _Background(lambda: self._multilingual.embed([multilingual_text(s) for s in sentences]))
         try:
             vectors = self._run(self._encode(sentences), run_options)
         except SemanticUnavailable:
@@ -233,14 +236,10 @@ class SemanticScorer:
         finally:
             if timer is not None:
                 timer.cancel()
-        joined = self._join(vectors, sentences)
+        joined = self._combine(vectors, multilingual.result())
         if timeout_ms is not None and (time.perf_counter() - started) * 1000 > timeout_ms:
             raise self._slow(started, timeout_ms)
         return joined
-
-    def _join(self, minilm: NDArray[np.float32], texts: Sequence[str]) -> NDArray[np.float32]:
-        """all-MiniLM-L6-v2's rows for `texts` beside USE multilingual v3's (of each ToolText's `multilingual`)."""
-        return self._combine(minilm, self._multilingual.embed([multilingual_text(t) for t in texts]))
 
     @staticmethod
     def _combine(minilm: NDArray[np.float32], multilingual: NDArray[np.float32]) -> NDArray[np.float32]:
@@ -362,3 +361,27 @@ class SemanticScorer:
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         unit: NDArray[np.float32] = (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
         return unit
+
+
+class _Background:
+    """`work()` on its own thread, started at once; `result()` waits for it and re-raises its error."""
+
+    def __init__(self, work: Callable[[], NDArray[np.float32]]) -> None:
+        self._work = work
+        self._value: NDArray[np.float32] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="orchestrator-embed-query", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._work()
+        except BaseException as exc:  # handed to the thread that waits in `result`
+            self._error = exc
+
+    def result(self) -> NDArray[np.float32]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
