@@ -87,7 +87,7 @@ def scan_tools(tools: Sequence[Mapping[str, Any]], *, own: Collection[str] = ())
 
     names = text.names.joined()
     for channel, hits in (
-        (text.prose, rules.scan(text.prose.joined(), text.own)),
+        (text.prose, rules.scan(text.prose.joined(), text.own, low=rules.lowered_parts(text.prose.parts))),
         (text.names, rules.scan_identifiers(names, text.own)),
         # Identifiers read as words: 'ignore_previous_instructions' is the order it spells.
         (text.names, rules.scan(names.replace("_", " ").replace("-", " "), text.own, identifiers=True)),

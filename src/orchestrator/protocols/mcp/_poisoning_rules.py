@@ -25,6 +25,8 @@ __all__ = [
     "KINDS",
     "SEPARATOR",
     "Hit",
+    "lowered",
+    "lowered_parts",
     "mixed_script",
     "scan",
     "scan_identifiers",
@@ -84,6 +86,8 @@ class _Doc:
     """End of the last name `_foreign` read (a snake_case name has several '_' anchors)."""
     _words: set[str] = field(default_factory=set)
     _ends: list[int] | None = None
+    _letters: str | None = None
+    """`low` with every character but a-z as a space (`_letters`); made on the first words asked."""
     """Where every sentence end (`_SENTENCE_ENDS`) starts, in order; found on the first sentence asked."""
 
     def sentence(self, pos: int) -> tuple[int, int]:
@@ -109,10 +113,12 @@ class _Doc:
         return start, max(end, pos + 1)
 
     def words(self, start: int, end: int) -> set[str]:
-        """The words of a sentence (cached for the last one asked)."""
+        """The words of a sentence (cached for the last one asked): its runs of a-z, as `[a-z]+` finds them."""
         if self._words_of != (start, end):
             self._words_of = (start, end)
-            self._words = set(_WORD.findall(self.low, start, end))
+            if self._letters is None:
+                self._letters = _letters(self.low)
+            self._words = set(self._letters[start:end].split())
         return self._words
 
     def first_time(self, rule: str, start: int) -> bool:
@@ -137,7 +143,14 @@ def _sentence_ends(low: str) -> list[int]:
 
 
 _SENTENCE_END_LITERALS = Literals(_SENTENCE_ENDS, numpy_from=3000)
-_WORD = re.compile(r"[a-z]+")
+_NOT_LETTERS = bytes(byte if 97 <= byte <= 122 else 32 for byte in range(256))
+"""A `bytes.translate` table keeping a-z and making every other byte a space."""
+
+
+def _letters(low: str) -> str:
+    """`low` with a space for every character but a-z, at the same offsets (one '?' per non-ASCII character,
+    then a space): splitting a slice of it gives what `[a-z]+` finds there, for less than the regex costs."""
+    return low.encode("ascii", "replace").translate(_NOT_LETTERS).decode("ascii")
 
 
 def _inflected(words: str) -> set[str]:
@@ -1288,11 +1301,11 @@ IDENTIFIER_WORD_ANCHORS = tuple(
 """What identifiers read as words are checked for (orders and leaks; not prose-only structure)."""
 
 
-def scan(raw: str, own: set[str], *, identifiers: bool = False) -> Iterator[Hit]:
-    """Every hit in `raw` (the joined prose of one listing, or its identifiers read as words)."""
-    low = raw.lower()
-    if len(low) != len(raw):  # a few characters change length when lowercased (İ): keep offsets aligned
-        low = "".join(char.lower()[0] for char in raw)
+def scan(raw: str, own: set[str], *, identifiers: bool = False, low: str | None = None) -> Iterator[Hit]:
+    """Every hit in `raw` (the joined prose of one listing, or its identifiers read as words); `low` is
+    `lowered(raw)` when the caller has it."""
+    if low is None:
+        low = lowered(raw)
     doc = _Doc(raw, low, own, identifiers)
     if not identifiers:  # identifiers reach here printable ASCII
         yield from _invisible(raw)
@@ -1308,6 +1321,23 @@ def scan(raw: str, own: set[str], *, identifiers: bool = False) -> Iterator[Hit]
                 yield hit
     if not identifiers:
         yield from _encoded(doc)
+
+
+def lowered(raw: str) -> str:
+    """`raw` lowercased, offsets kept: a few characters change length when lowercased (İ), and then every
+    character is lowercased alone."""
+    low = raw.lower()
+    return low if len(low) == len(raw) else "".join(char.lower()[0] for char in raw)
+
+
+def lowered_parts(parts: list[str]) -> str:
+    """`lowered(SEPARATOR.join(parts))`, each part lowercased alone: a listing's ASCII strings then skip the
+    slower lowercasing that one non-ASCII string would impose on the whole text (the separator holds no
+    letter, so no character's lowercase depends on another part)."""
+    lows = [part.lower() for part in parts]
+    if any(len(low) != len(part) for low, part in zip(lows, parts, strict=True)):
+        return lowered(SEPARATOR.join(parts))
+    return SEPARATOR.join(lows)
 
 
 def _searched(
