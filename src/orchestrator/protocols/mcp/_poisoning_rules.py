@@ -138,11 +138,25 @@ _SENTENCE_ENDS = (". ", ".\n", "\n\n", "\n-")
 
 
 def _sentence_ends(low: str) -> list[int]:
-    """The start of every sentence end in `low`, overlapping ones included ('\\n\\n\\n' holds two)."""
-    return [code >> INDEX_BITS for code in _SENTENCE_END_LITERALS.find(low)]
+    """The start of every sentence end in `low`, overlapping ones included ('\\n\\n\\n' holds two). Every
+    end is two characters, a '.' or a line break and what follows it: in a long text the pairs are compared
+    all at once (numpy), as `Literals` would, without its codes to unpack."""
+    if len(low) < _ENDS_NUMPY_FROM:
+        return [code >> INDEX_BITS for code in _SENTENCE_END_LITERALS.find(low)]
+    import numpy as np  # only long texts pay for it (the gateway and search load it anyway)
+
+    # One byte per character ('?' for non-ASCII, never part of an end), so offsets stay those of `low`.
+    data = np.frombuffer(low.encode("ascii", "replace"), dtype=np.uint8)
+    first, then = data[:-1], data[1:]
+    dot, line = first == ord("."), first == ord("\n")
+    ends = (dot & ((then == ord(" ")) | (then == ord("\n")))) | (line & ((then == ord("\n")) | (then == ord("-"))))
+    found: list[int] = np.flatnonzero(ends).tolist()
+    return found
 
 
-_SENTENCE_END_LITERALS = Literals(_SENTENCE_ENDS, numpy_from=3000)
+_SENTENCE_END_LITERALS = Literals(_SENTENCE_ENDS, numpy_from=1 << 62)
+_ENDS_NUMPY_FROM = 3000
+"""Shortest text whose sentence ends are found through numpy (in shorter ones a `str.find` per end costs less)."""
 _NOT_LETTERS = bytes(byte if 97 <= byte <= 122 else 32 for byte in range(256))
 """A `bytes.translate` table keeping a-z and making every other byte a space."""
 
