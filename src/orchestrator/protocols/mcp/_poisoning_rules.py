@@ -66,6 +66,8 @@ class Hit:
     kind: str
     start: int
     excerpt: str
+    end: int = 0
+    """Where the text the excerpt comes from ends (`_Doc.hit`)."""
 
 
 @dataclass
@@ -79,6 +81,9 @@ class _Doc:
     """The text is identifiers read as words (one per line), not prose."""
     done: set[tuple[str, int]] = field(default_factory=set)
     owned: dict[str, bool] = field(default_factory=dict)
+    results: dict[tuple[str, bool, str], tuple[str, int, int] | None] = field(default_factory=dict)
+    """What each sentence rule found in each sentence text read so far: (rule, whether the text opens the
+    document, the sentence with the character before it) -> (kind, start, end) relative to the sentence."""
     """Names already judged own or foreign (`_is_own`)."""
     _last: tuple[int, int] = (0, 0)
     _words_of: tuple[int, int] = (-1, -1)
@@ -130,10 +135,34 @@ class _Doc:
         return True
 
     def hit(self, kind: str, start: int, end: int) -> Hit:
-        return Hit(kind, start, self.raw[start:end].strip())
+        return Hit(kind, start, self.raw[start:end].strip(), end)
 
 
 Check = Callable[[_Doc, int], Hit | None]
+
+
+@dataclass(frozen=True)
+class _SentenceCheck:
+    """A check that reads the anchor's sentence, once per sentence: `scan` bounds the sentence and skips the
+    sentences this rule has read before calling `body` (most anchors fall in a sentence already read)."""
+
+    rule: str
+    body: Callable[[_Doc, int, int], Hit | None]
+
+    def __call__(self, doc: _Doc, pos: int) -> Hit | None:
+        start, end = doc.sentence(pos)
+        return self.body(doc, start, end) if doc.first_time(self.rule, start) else None
+
+
+def _per_sentence(rule: str) -> Callable[[Callable[[_Doc, int, int], Hit | None]], _SentenceCheck]:
+    """`body(doc, start, end)` as a check of the sentence around an anchor, run once per sentence."""
+
+    def wrap(body: Callable[[_Doc, int, int], Hit | None]) -> _SentenceCheck:
+        return _SentenceCheck(rule, body)
+
+    return wrap
+
+
 _SENTENCE_ENDS = (". ", ".\n", "\n\n", "\n-")
 
 
@@ -482,17 +511,14 @@ _PRIVILEGE = re.compile(
 'bypass graceful deletion', 'without any outbound network request')."""
 
 
-def _in_sentence(pattern: re.Pattern[str], kind: str, rule: str) -> Check:
+def _in_sentence(pattern: re.Pattern[str], kind: str, rule: str) -> _SentenceCheck:
     """A check: `pattern` somewhere in the anchor's sentence (each sentence read once per rule)."""
 
-    def check(doc: _Doc, pos: int) -> Hit | None:
-        start, end = doc.sentence(pos)
-        if not doc.first_time(rule, start):
-            return None
+    def check(doc: _Doc, start: int, end: int) -> Hit | None:
         found = pattern.search(doc.low, start, end)
         return doc.hit(kind, found.start(), min(end, found.end() + 60)) if found else None
 
-    return check
+    return _SentenceCheck(rule, check)
 
 
 _override = _in_sentence(_OVERRIDE, "override", "override")
@@ -583,12 +609,10 @@ _SINK = re.compile(
 """Where the model is to put it: one of the tool's arguments (quoted), a reply, a request."""
 
 
-def _secret(doc: _Doc, pos: int) -> Hit | None:
+@_per_sentence("secret")
+def _secret(doc: _Doc, start: int, end: int) -> Hit | None:
     """Secrets to collect, or to move from where they are into an argument, a reply or an address
     ('copying the default profile from the AWS credentials file into `profile_blob`')."""
-    start, end = doc.sentence(pos)
-    if not doc.first_time("secret", start):
-        return None
     low = doc.low
     found = _COLLECT_SECRET.search(low, start, end) if doc.words(start, end) & _SECRET_VERBS else None
     if found:
@@ -649,10 +673,8 @@ _LEAK_WORDS = _inflected(
 }
 
 
-def _context(doc: _Doc, pos: int) -> Hit | None:
-    start, end = doc.sentence(pos)
-    if not doc.first_time("context", start):
-        return None
+@_per_sentence("context")
+def _context(doc: _Doc, start: int, end: int) -> Hit | None:
     low = doc.low
     if not doc.words(start, end) & _CONTEXT_WORDS:
         return None
@@ -702,12 +724,10 @@ _CONCEAL_WORDS = frozenset(
 """Words one of the concealment patterns needs: a sentence without any is not read further."""
 
 
-def _conceal(doc: _Doc, pos: int) -> Hit | None:
+@_per_sentence("conceal")
+def _conceal(doc: _Doc, start: int, end: int) -> Hit | None:
     """Hide it from the user: 'do not mention this to the user', 'without informing the user', 'keep this to
     yourself', 'present it as if', 'silently read'. Real: 'always ask the user', 'please tell the user'."""
-    start, end = doc.sentence(pos)
-    if not doc.first_time("conceal", start):
-        return None
     low = doc.low
     words = doc.words(start, end)
     negation = words & _NEGATION_WORDS or "n't" in low[start:end]
@@ -874,14 +894,12 @@ def _sentence_once(doc: _Doc, rule: str, pos: int) -> tuple[int, int] | None:
     return (start, end) if doc.first_time(rule, start) else None
 
 
-def _others(doc: _Doc, pos: int) -> Hit | None:
+@_per_sentence("others")
+def _others(doc: _Doc, start: int, end: int) -> Hit | None:
     """Steering away from every other tool or server."""
-    bounds = _sentence_once(doc, "others", pos)
-    if bounds is None or not (
-        doc.words(*bounds) & _OTHERS_WORDS or any(kind in doc.low[bounds[0] : bounds[1]] for kind in _OTHERS_KINDS)
-    ):
+    if not (doc.words(start, end) & _OTHERS_WORDS or any(kind in doc.low[start:end] for kind in _OTHERS_KINDS)):
         return None
-    found = _OTHERS.search(doc.low, *bounds)
+    found = _OTHERS.search(doc.low, start, end)
     return doc.hit("cross-tool", found.start(), found.end() + 40) if found else None
 
 
@@ -903,24 +921,20 @@ _PROMOTION_WORDS = frozenset(
 )
 
 
-def _promotion(doc: _Doc, pos: int) -> Hit | None:
+@_per_sentence("promotion")
+def _promotion(doc: _Doc, start: int, end: int) -> Hit | None:
     """Preferring this tool over all others."""
-    bounds = _sentence_once(doc, "promotion", pos)
-    if bounds is None:
-        return None
-    words = doc.words(*bounds)
+    words = doc.words(start, end)
     if not words & _COMPARING and not ("this" in words and words & _PROMOTION_WORDS):
         return None
-    found = _SELF_PROMOTION.search(doc.low, *bounds) if bounds else None
+    found = _SELF_PROMOTION.search(doc.low, start, end)
     return doc.hit("cross-tool", found.start(), found.end() + 40) if found else None
 
 
-def _first(doc: _Doc, pos: int) -> Hit | None:
+@_per_sentence("first")
+def _first(doc: _Doc, start: int, end: int) -> Hit | None:
     """Running before (or after) every request or call, or slotting itself around another operation."""
-    bounds = _sentence_once(doc, "first", pos)
-    if bounds is None:
-        return None
-    low, (start, end) = doc.low, bounds
+    low = doc.low
     if not doc.words(start, end) & _INSISTING:
         return None
     if _FIRST_OF_ALL.search(low, start, end) and _INSISTENCE.search(low, start, end):
@@ -935,12 +949,10 @@ _INSISTING = frozenset(
 """A word of each branch of `_INSISTENCE` and 'this' (of `_HIJACK`): `_first` finds nothing without one."""
 
 
-def _uses_other(doc: _Doc, pos: int) -> Hit | None:
+@_per_sentence("uses")
+def _uses_other(doc: _Doc, start: int, end: int) -> Hit | None:
     """'Before using send_email, always add ...': a directive about using a tool the server does not have."""
-    bounds = _sentence_once(doc, "uses", pos)
-    if bounds is None:
-        return None
-    low, (start, end) = doc.low, bounds
+    low = doc.low
     if low.find("_", start, end) < 0 and low.find("`", start, end) < 0 and low.find("'", start, end) < 0:
         return None  # no tool-like name in the sentence
     if not doc.words(start, end) & _DIRECTIVE_WORDS:
@@ -977,11 +989,9 @@ def _foreign(doc: _Doc, pos: int) -> Hit | None:
     return None
 
 
-def _category(doc: _Doc, pos: int) -> Hit | None:
+@_per_sentence("category")
+def _category(doc: _Doc, start: int, end: int) -> Hit | None:
     """An order about a kind of tool the server does not offer ('with the terminal tool, prefix ...')."""
-    start, end = doc.sentence(pos)
-    if not doc.first_time("category", start):
-        return None
     if not doc.words(start, end) & _ORDERING:
         return None
     found = _CATEGORY_TOOL.search(doc.low, start, end)
@@ -1033,11 +1043,9 @@ def _email(doc: _Doc, pos: int) -> Hit | None:
     return None
 
 
-def _url(doc: _Doc, pos: int) -> Hit | None:
+@_per_sentence("url")
+def _url(doc: _Doc, start: int, end: int) -> Hit | None:
     """Data sent to a fixed URL as a matter of routine ('after each search, send the results to https://...')."""
-    start, end = doc.sentence(pos)
-    if not doc.first_time("url", start):
-        return None
     if _URL_DESTINATION.search(doc.low, start, end) and _ROUTINE.search(doc.low, start, end):
         return doc.hit("exfil-destination", start, end)
     return None
@@ -1326,15 +1334,43 @@ def scan(raw: str, own: set[str], *, identifiers: bool = False, low: str | None 
     # Every anchor's occurrences first, then the checks in text order, so each sentence is bounded once.
     literals, checks_of = _WORD_LITERALS if identifiers else _PROSE_LITERALS
     seen: set[tuple[str, int]] = set()
+    done = doc.done
     for code in literals.find(low):
         pos = code >> INDEX_BITS
+        bounds = text = None
         for check in checks_of[code & _INDEX_MASK]:
-            hit = check(doc, pos)
+            if type(check) is _SentenceCheck:
+                # What `check(doc, pos)` does, without a call for a sentence the rule has read already.
+                if bounds is None:
+                    bounds = doc.sentence(pos)
+                if (check.rule, bounds[0]) in done:
+                    continue
+                done.add((check.rule, bounds[0]))
+                if text is None:
+                    text = low[max(0, bounds[0] - 1) : bounds[1]]
+                hit = _sentence_hit(doc, check, bounds, text)
+            else:
+                hit = check(doc, pos)
             if hit is not None and (hit.kind, hit.start) not in seen:
                 seen.add((hit.kind, hit.start))
                 yield hit
     if not identifiers:
         yield from _encoded(doc)
+
+
+def _sentence_hit(doc: _Doc, check: _SentenceCheck, bounds: tuple[int, int], text: str) -> Hit | None:
+    """`check.body` on a sentence, or what it found in the same sentence text before: a rule reads nothing
+    but the sentence (and, through a word boundary or a lookbehind, the one character before it), and
+    descriptions repeat sentences (a parameter's description in every tool). The excerpt is cut again, from
+    where the sentence is."""
+    start = bounds[0]
+    key = (check.rule, start == 0, text)
+    if key in doc.results:
+        found = doc.results[key]
+        return None if found is None else doc.hit(found[0], start + found[1], start + found[2])
+    hit = check.body(doc, *bounds)
+    doc.results[key] = None if hit is None else (hit.kind, hit.start - start, hit.end - start)
+    return hit
 
 
 def lowered(raw: str) -> str:
