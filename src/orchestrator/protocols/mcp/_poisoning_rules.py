@@ -1208,15 +1208,21 @@ def scan_identifiers(joined: str, own: set[str]) -> Iterator[Hit]:
     for code in _IDENTIFIER_LITERALS.find(joined):
         occurrences[code & _INDEX_MASK].append(code >> INDEX_BITS)
     done: set[int] = set()
+    # What each identifier read so far gave (kind and excerpt): names repeat from tool to tool ('page_token').
+    read: dict[str, tuple[str, str] | None] = {}
     for positions in occurrences:  # anchor by anchor, as the hits have always come
         for pos in positions:
             start = joined.rfind("\n", 0, pos) + 1
             if start not in done:
                 done.add(start)
                 end = joined.find("\n", pos)
-                hit = _identifier(joined[start : len(joined) if end < 0 else end], start, own)
-                if hit is not None:
-                    yield hit
+                identifier = joined[start : len(joined) if end < 0 else end]
+                if identifier not in read:
+                    hit = _identifier(identifier, 0, own)
+                    read[identifier] = None if hit is None else (hit.kind, hit.excerpt)
+                found = read[identifier]
+                if found is not None:
+                    yield Hit(found[0], start, found[1])
 
 
 def _identifier(identifier: str, start: int, own: set[str]) -> Hit | None:
