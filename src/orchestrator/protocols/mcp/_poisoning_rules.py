@@ -93,6 +93,15 @@ class _Doc:
     _ends: list[int] | None = None
     _letters: str | None = None
     """`low` with every character but a-z as a space (`_letters`); made on the first words asked."""
+    _ascii: bytes | None = None
+
+    @property
+    def ascii(self) -> bytes:
+        """`low` as bytes, one per character ('?' for non-ASCII ones), for the passes over the whole text."""
+        if self._ascii is None:
+            self._ascii = self.low.encode("ascii", "replace")
+        return self._ascii
+
     """Where every sentence end (`_SENTENCE_ENDS`) starts, in order; found on the first sentence asked."""
 
     def sentence(self, pos: int) -> tuple[int, int]:
@@ -107,7 +116,7 @@ class _Doc:
     def _bounds(self, pos: int) -> tuple[int, int]:
         """After the last sentence end that closes before `pos`, through the first one opening at or after it."""
         if self._ends is None:
-            self._ends = _sentence_ends(self.low)
+            self._ends = _sentence_ends(self.low, self.ascii)
         ends = self._ends
         lo = max(0, pos - WINDOW)
         before = bisect.bisect_right(ends, pos - 2)
@@ -122,7 +131,7 @@ class _Doc:
         if self._words_of != (start, end):
             self._words_of = (start, end)
             if self._letters is None:
-                self._letters = _letters(self.low)
+                self._letters = _letters(self.ascii)
             self._words = set(self._letters[start:end].split())
         return self._words
 
@@ -166,7 +175,7 @@ def _per_sentence(rule: str) -> Callable[[Callable[[_Doc, int, int], Hit | None]
 _SENTENCE_ENDS = (". ", ".\n", "\n\n", "\n-")
 
 
-def _sentence_ends(low: str) -> list[int]:
+def _sentence_ends(low: str, encoded: bytes) -> list[int]:
     """The start of every sentence end in `low`, overlapping ones included ('\\n\\n\\n' holds two). Every
     end is two characters, a '.' or a line break and what follows it: in a long text the pairs are compared
     all at once (numpy), as `Literals` would, without its codes to unpack."""
@@ -174,8 +183,8 @@ def _sentence_ends(low: str) -> list[int]:
         return [code >> INDEX_BITS for code in _SENTENCE_END_LITERALS.find(low)]
     import numpy as np  # only long texts pay for it (the gateway and search load it anyway)
 
-    # One byte per character ('?' for non-ASCII, never part of an end), so offsets stay those of `low`.
-    data = np.frombuffer(low.encode("ascii", "replace"), dtype=np.uint8)
+    # One byte per character of `low` ('?' for non-ASCII, never part of an end).
+    data = np.frombuffer(encoded, dtype=np.uint8)
     first, then = data[:-1], data[1:]
     dot, line = first == ord("."), first == ord("\n")
     ends = (dot & ((then == ord(" ")) | (then == ord("\n")))) | (line & ((then == ord("\n")) | (then == ord("-"))))
@@ -190,10 +199,10 @@ _NOT_LETTERS = bytes(byte if 97 <= byte <= 122 else 32 for byte in range(256))
 """A `bytes.translate` table keeping a-z and making every other byte a space."""
 
 
-def _letters(low: str) -> str:
-    """`low` with a space for every character but a-z, at the same offsets (one '?' per non-ASCII character,
-    then a space): splitting a slice of it gives what `[a-z]+` finds there, for less than the regex costs."""
-    return low.encode("ascii", "replace").translate(_NOT_LETTERS).decode("ascii")
+def _letters(encoded: bytes) -> str:
+    """A text (as `_Doc.ascii`) with a space for every character but a-z, at the same offsets: splitting a
+    slice of it gives what `[a-z]+` finds there, for less than the regex costs."""
+    return encoded.translate(_NOT_LETTERS).decode("ascii")
 
 
 def _inflected(words: str) -> set[str]:
@@ -1341,7 +1350,7 @@ def scan(raw: str, own: set[str], *, identifiers: bool = False, low: str | None 
     literals, checks_of = _WORD_LITERALS if identifiers else _PROSE_LITERALS
     seen: set[tuple[str, int]] = set()
     done = doc.done
-    for code in literals.find(low):
+    for code in literals.find(low, doc.ascii if len(low) >= literals.numpy_from else None):
         pos = code >> INDEX_BITS
         bounds = text = None
         for check in checks_of[code & _INDEX_MASK]:
