@@ -81,16 +81,17 @@ class _Doc:
     """The text is identifiers read as words (one per line), not prose."""
     done: set[tuple[str, int]] = field(default_factory=set)
     owned: dict[str, bool] = field(default_factory=dict)
+    """Names already judged own or foreign (`_is_own`)."""
     results: dict[tuple[str, bool, str], tuple[str, int, int] | None] = field(default_factory=dict)
     """What each sentence rule found in each sentence text read so far: (rule, whether the text opens the
     document, the sentence with the character before it) -> (kind, start, end) relative to the sentence."""
-    """Names already judged own or foreign (`_is_own`)."""
     _last: tuple[int, int] = (0, 0)
     _words_of: tuple[int, int] = (-1, -1)
     token_end: int = -1
     """End of the last name `_foreign` read (a snake_case name has several '_' anchors)."""
     _words: set[str] = field(default_factory=set)
     _ends: list[int] | None = None
+    """Where every sentence end (`_SENTENCE_ENDS`) starts, in order; found on the first sentence asked."""
     _letters: str | None = None
     """`low` with every character but a-z as a space (`_letters`); made on the first words asked."""
     _ascii: bytes | None = None
@@ -101,8 +102,6 @@ class _Doc:
         if self._ascii is None:
             self._ascii = self.low.encode("ascii", "replace")
         return self._ascii
-
-    """Where every sentence end (`_SENTENCE_ENDS`) starts, in order; found on the first sentence asked."""
 
     def sentence(self, pos: int) -> tuple[int, int]:
         """Bounds of the sentence around `pos`: between sentence ends (`. `, a blank line, a bullet, a string
@@ -1358,9 +1357,10 @@ def scan(raw: str, own: set[str], *, identifiers: bool = False, low: str | None 
                 # What `check(doc, pos)` does, without a call for a sentence the rule has read already.
                 if bounds is None:
                     bounds = doc.sentence(pos)
-                if (check.rule, bounds[0]) in done:
+                read = (check.rule, bounds[0])
+                if read in done:
                     continue
-                done.add((check.rule, bounds[0]))
+                done.add(read)
                 if text is None:
                     text = low[max(0, bounds[0] - 1) : bounds[1]]
                 hit = _sentence_hit(doc, check, bounds, text)
