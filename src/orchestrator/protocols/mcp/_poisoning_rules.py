@@ -191,6 +191,7 @@ def _sentence_ends(low: str, encoded: bytes) -> list[int]:
     return found
 
 
+# Only for texts shorter than _ENDS_NUMPY_FROM: a `str.find` per end.
 _SENTENCE_END_LITERALS = Literals(_SENTENCE_ENDS, numpy_from=1 << 62)
 _ENDS_NUMPY_FROM = 3000
 """Shortest text whose sentence ends are found through numpy (in shorter ones a `str.find` per end costs less)."""
