@@ -43,10 +43,11 @@ class Literals:
         self._long = [(index, literal) for index, literal in enumerate(literals) if len(literal) >= 4]
         self._arrays: _Arrays | None = None
 
-    def find(self, text: str) -> list[int]:
-        """Every occurrence in `text` as `position << INDEX_BITS | index`, sorted (by position, then index)."""
+    def find(self, text: str, data: bytes | None = None) -> list[int]:
+        """Every occurrence in `text` as `position << INDEX_BITS | index`, sorted (by position, then index).
+        `data` is `text.encode("ascii", "replace")` when the caller has it."""
         if len(text) >= self.numpy_from:
-            return self._hashed(text)
+            return self._hashed(text, text.encode("ascii", "replace") if data is None else data)
         found: list[int] = []
         for index, literal in enumerate(self.literals):
             position = text.find(literal)
@@ -56,13 +57,13 @@ class Literals:
         found.sort()
         return found
 
-    def _hashed(self, text: str) -> list[int]:
+    def _hashed(self, text: str, encoded: bytes) -> list[int]:
         """`find` through numpy: the literals under 4 characters compared byte by byte at every position, the
         others through the hash (`_long_codes`)."""
         import numpy as np  # only long texts pay for it (the gateway and search load it anyway)
 
         # One byte per character ('?' for non-ASCII, never part of a literal), so offsets stay those of `text`.
-        data = text.encode("ascii", "replace") + bytes(7)
+        data = encoded + bytes(7)
         size, single = len(text), np.frombuffer(data, dtype=np.uint8)
         codes = []
         for index, literal in self._short:

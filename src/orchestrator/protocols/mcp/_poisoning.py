@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -87,7 +88,7 @@ def scan_tools(tools: Sequence[Mapping[str, Any]], *, own: Collection[str] = ())
 
     names = text.names.joined()
     for channel, hits in (
-        (text.prose, rules.scan(text.prose.joined(), text.own)),
+        (text.prose, rules.scan(text.prose.joined(), text.own, low=rules.lowered_parts(text.prose.parts))),
         (text.names, rules.scan_identifiers(names, text.own)),
         # Identifiers read as words: 'ignore_previous_instructions' is the order it spells.
         (text.names, rules.scan(names.replace("_", " ").replace("-", " "), text.own, identifiers=True)),
@@ -113,9 +114,9 @@ class _Channel:
 
     def joined(self) -> str:
         joined = rules.SEPARATOR.join(self.parts)
-        self._starts = list(
-            itertools.accumulate((len(part) + len(rules.SEPARATOR) for part in self.parts[:-1]), initial=0)
-        )
+        # Part i starts after the lengths of the parts before it and i separators (summed without a Python loop).
+        before = itertools.accumulate(map(len, self.parts[:-1]), initial=0)
+        self._starts = list(map(operator.add, before, itertools.count(0, len(rules.SEPARATOR))))
         return joined
 
     def locate(self, offset: int) -> tuple[int, str]:
@@ -140,36 +141,53 @@ class _Text:
         """(tool index, identifier) of identifiers with non-ASCII letters: checked for mixed scripts."""
         self.misplaced: list[tuple[int, str, str]] = []
         """(tool index, value, kind) of values a schema does not expect where they are (`_misplaced`)."""
-        self._seen: set[str] = set()
-        # The channels' lists, held here too: `_string` runs for every string of the listing.
+        # The channels' lists, held here too: `add_tool` appends to them for every string of the listing.
         self._prose_parts, self._prose_origins = self.prose.parts, self.prose.origins
         self._name_parts, self._name_origins = self.names.parts, self.names.origins
 
     def add_tool(self, index: int, tool: dict[str, Any]) -> None:
-        self._seen = set()
-        self._visit(index, tool, "", 0)
-        self.own.update(map(str.lower, self._seen))
+        strings: list[str] = []
+        self._visit(index, tool, "", 0, strings)
+        # Each string to its channel, in the walk's order: prose as it is; identifiers once per tool, lowercased.
+        seen: set[str] = set()
+        prose, prose_origins = self._prose_parts, self._prose_origins
+        names, name_origins = self._name_parts, self._name_origins
+        for value in strings:
+            if len(value) > rules.IDENTIFIER_CHARS or " " in value or "\n" in value:
+                prose.append(value.replace("\x00", "\x01") if "\x00" in value else value)
+                prose_origins.append((index, value))
+            elif value not in seen:
+                seen.add(value)
+                if value.isascii() and value.isprintable():
+                    names.append(value.lower())
+                    name_origins.append((index, value))
+                else:
+                    if not value.isascii():
+                        self.foreign.append((index, value))
+                    prose.append(rules.without_separators(value))
+                    prose_origins.append((index, value))
+        self.own.update(map(str.lower, seen))
 
-    def _visit(self, index: int, node: dict[str, Any] | list[Any], parent: str, depth: int) -> None:
+    def _visit(self, index: int, node: dict[str, Any] | list[Any], parent: str, depth: int, out: list[str]) -> None:
+        """Every string of `node` (keys, and values but JSON-schema words) onto `out`, in document order."""
         if depth > MAX_DEPTH:
             return
-        string = self._string
         if isinstance(node, dict):
             for key, child in node.items():
                 if type(key) is not str:
                     key = str(key)
                 if key not in _SCHEMA_WORDS:
-                    string(index, key)
+                    out.append(key)
                 kind = type(child)
                 if kind is str:
                     if child and child not in _SCHEMA_WORDS:
                         if key in _CHECKED_KEYS:
                             self._check_place(index, child, key, False)
-                        string(index, child)
+                        out.append(child)
                 elif kind is dict or kind is list:
-                    self._visit(index, child, key, depth + 1)
+                    self._visit(index, child, key, depth + 1, out)
                 elif kind not in _SCALARS and isinstance(child, Mapping | tuple):
-                    self._visit(index, dict(child) if isinstance(child, Mapping) else list(child), key, depth + 1)
+                    self._visit(index, dict(child) if isinstance(child, Mapping) else list(child), key, depth + 1, out)
             return
         for child in node:
             kind = type(child)
@@ -177,28 +195,11 @@ class _Text:
                 if child and child not in _SCHEMA_WORDS:
                     if parent == "required":
                         self._check_place(index, child, parent, True)
-                    string(index, child)
+                    out.append(child)
             elif kind is dict or kind is list:
-                self._visit(index, child, parent, depth + 1)
+                self._visit(index, child, parent, depth + 1, out)
             elif kind not in _SCALARS and isinstance(child, Mapping | tuple):
-                self._visit(index, dict(child) if isinstance(child, Mapping) else list(child), parent, depth + 1)
-
-    def _string(self, index: int, value: str) -> None:
-        if len(value) > rules.IDENTIFIER_CHARS or " " in value or "\n" in value:
-            self._prose_parts.append(value.replace("\x00", "\x01") if "\x00" in value else value)
-            self._prose_origins.append((index, value))
-            return
-        if value in self._seen:
-            return
-        self._seen.add(value)
-        if value.isascii() and value.isprintable():
-            self._name_parts.append(value.lower())
-            self._name_origins.append((index, value))
-            return
-        if not value.isascii():
-            self.foreign.append((index, value))
-        self._prose_parts.append(rules.without_separators(value))
-        self._prose_origins.append((index, value))
+                self._visit(index, dict(child) if isinstance(child, Mapping) else list(child), parent, depth + 1, out)
 
     def _check_place(self, index: int, value: str, key: str, in_list: bool) -> None:
         kind = _misplaced(value, key, in_list)

@@ -25,6 +25,8 @@ __all__ = [
     "KINDS",
     "SEPARATOR",
     "Hit",
+    "lowered",
+    "lowered_parts",
     "mixed_script",
     "scan",
     "scan_identifiers",
@@ -64,6 +66,8 @@ class Hit:
     kind: str
     start: int
     excerpt: str
+    end: int = 0
+    """Where the text the excerpt comes from ends (`_Doc.hit`)."""
 
 
 @dataclass
@@ -78,6 +82,9 @@ class _Doc:
     done: set[tuple[str, int]] = field(default_factory=set)
     owned: dict[str, bool] = field(default_factory=dict)
     """Names already judged own or foreign (`_is_own`)."""
+    results: dict[tuple[str, bool, str], tuple[str, int, int] | None] = field(default_factory=dict)
+    """What each sentence rule found in each sentence text read so far: (rule, whether the text opens the
+    document, the sentence with the character before it) -> (kind, start, end) relative to the sentence."""
     _last: tuple[int, int] = (0, 0)
     _words_of: tuple[int, int] = (-1, -1)
     token_end: int = -1
@@ -85,6 +92,16 @@ class _Doc:
     _words: set[str] = field(default_factory=set)
     _ends: list[int] | None = None
     """Where every sentence end (`_SENTENCE_ENDS`) starts, in order; found on the first sentence asked."""
+    _letters: str | None = None
+    """`low` with every character but a-z as a space (`_letters`); made on the first words asked."""
+    _ascii: bytes | None = None
+
+    @property
+    def ascii(self) -> bytes:
+        """`low` as bytes, one per character ('?' for non-ASCII ones), for the passes over the whole text."""
+        if self._ascii is None:
+            self._ascii = self.low.encode("ascii", "replace")
+        return self._ascii
 
     def sentence(self, pos: int) -> tuple[int, int]:
         """Bounds of the sentence around `pos`: between sentence ends (`. `, a blank line, a bullet, a string
@@ -98,7 +115,7 @@ class _Doc:
     def _bounds(self, pos: int) -> tuple[int, int]:
         """After the last sentence end that closes before `pos`, through the first one opening at or after it."""
         if self._ends is None:
-            self._ends = _sentence_ends(self.low)
+            self._ends = _sentence_ends(self.low, self.ascii)
         ends = self._ends
         lo = max(0, pos - WINDOW)
         before = bisect.bisect_right(ends, pos - 2)
@@ -109,10 +126,12 @@ class _Doc:
         return start, max(end, pos + 1)
 
     def words(self, start: int, end: int) -> set[str]:
-        """The words of a sentence (cached for the last one asked)."""
+        """The words of a sentence (cached for the last one asked): its runs of a-z, as `[a-z]+` finds them."""
         if self._words_of != (start, end):
             self._words_of = (start, end)
-            self._words = set(_WORD.findall(self.low, start, end))
+            if self._letters is None:
+                self._letters = _letters(self.ascii)
+            self._words = set(self._letters[start:end].split())
         return self._words
 
     def first_time(self, rule: str, start: int) -> bool:
@@ -124,20 +143,66 @@ class _Doc:
         return True
 
     def hit(self, kind: str, start: int, end: int) -> Hit:
-        return Hit(kind, start, self.raw[start:end].strip())
+        return Hit(kind, start, self.raw[start:end].strip(), end)
 
 
 Check = Callable[[_Doc, int], Hit | None]
+
+
+@dataclass(frozen=True)
+class _SentenceCheck:
+    """A check that reads the anchor's sentence, once per sentence: `scan` bounds the sentence and skips the
+    sentences this rule has read before calling `body` (most anchors fall in a sentence already read)."""
+
+    rule: str
+    body: Callable[[_Doc, int, int], Hit | None]
+
+    def __call__(self, doc: _Doc, pos: int) -> Hit | None:
+        start, end = doc.sentence(pos)
+        return self.body(doc, start, end) if doc.first_time(self.rule, start) else None
+
+
+def _per_sentence(rule: str) -> Callable[[Callable[[_Doc, int, int], Hit | None]], _SentenceCheck]:
+    """`body(doc, start, end)` as a check of the sentence around an anchor, run once per sentence."""
+
+    def wrap(body: Callable[[_Doc, int, int], Hit | None]) -> _SentenceCheck:
+        return _SentenceCheck(rule, body)
+
+    return wrap
+
+
 _SENTENCE_ENDS = (". ", ".\n", "\n\n", "\n-")
 
 
-def _sentence_ends(low: str) -> list[int]:
-    """The start of every sentence end in `low`, overlapping ones included ('\\n\\n\\n' holds two)."""
-    return [code >> INDEX_BITS for code in _SENTENCE_END_LITERALS.find(low)]
+def _sentence_ends(low: str, encoded: bytes) -> list[int]:
+    """The start of every sentence end in `low`, overlapping ones included ('\\n\\n\\n' holds two). Every
+    end is two characters, a '.' or a line break and what follows it: in a long text the pairs are compared
+    all at once (numpy), as `Literals` would, without its codes to unpack."""
+    if len(low) < _ENDS_NUMPY_FROM:
+        return [code >> INDEX_BITS for code in _SENTENCE_END_LITERALS.find(low)]
+    import numpy as np  # only long texts pay for it (the gateway and search load it anyway)
+
+    # One byte per character of `low` ('?' for non-ASCII, never part of an end).
+    data = np.frombuffer(encoded, dtype=np.uint8)
+    first, then = data[:-1], data[1:]
+    dot, line = first == ord("."), first == ord("\n")
+    ends = (dot & ((then == ord(" ")) | (then == ord("\n")))) | (line & ((then == ord("\n")) | (then == ord("-"))))
+    found: list[int] = np.flatnonzero(ends).tolist()
+    return found
 
 
-_SENTENCE_END_LITERALS = Literals(_SENTENCE_ENDS, numpy_from=3000)
-_WORD = re.compile(r"[a-z]+")
+# Only for texts shorter than _ENDS_NUMPY_FROM: a `str.find` per end.
+_SENTENCE_END_LITERALS = Literals(_SENTENCE_ENDS, numpy_from=1 << 62)
+_ENDS_NUMPY_FROM = 3000
+"""Shortest text whose sentence ends are found through numpy (in shorter ones a `str.find` per end costs less)."""
+_NOT_LETTERS = bytes(byte if 97 <= byte <= 122 else 32 for byte in range(256))
+"""A `bytes.translate` table keeping a-z and making every other byte a space."""
+
+
+def _letters(encoded: bytes) -> str:
+    """A text (as `_Doc.ascii`) with a space for every character but a-z, at the same offsets: splitting a
+    slice of it gives what `[a-z]+` finds there, for less than the regex costs."""
+    return encoded.translate(_NOT_LETTERS).decode("ascii")
 
 
 def _inflected(words: str) -> set[str]:
@@ -455,17 +520,14 @@ _PRIVILEGE = re.compile(
 'bypass graceful deletion', 'without any outbound network request')."""
 
 
-def _in_sentence(pattern: re.Pattern[str], kind: str, rule: str) -> Check:
+def _in_sentence(pattern: re.Pattern[str], kind: str, rule: str) -> _SentenceCheck:
     """A check: `pattern` somewhere in the anchor's sentence (each sentence read once per rule)."""
 
-    def check(doc: _Doc, pos: int) -> Hit | None:
-        start, end = doc.sentence(pos)
-        if not doc.first_time(rule, start):
-            return None
+    def check(doc: _Doc, start: int, end: int) -> Hit | None:
         found = pattern.search(doc.low, start, end)
         return doc.hit(kind, found.start(), min(end, found.end() + 60)) if found else None
 
-    return check
+    return _SentenceCheck(rule, check)
 
 
 _override = _in_sentence(_OVERRIDE, "override", "override")
@@ -556,12 +618,10 @@ _SINK = re.compile(
 """Where the model is to put it: one of the tool's arguments (quoted), a reply, a request."""
 
 
-def _secret(doc: _Doc, pos: int) -> Hit | None:
+@_per_sentence("secret")
+def _secret(doc: _Doc, start: int, end: int) -> Hit | None:
     """Secrets to collect, or to move from where they are into an argument, a reply or an address
     ('copying the default profile from the AWS credentials file into `profile_blob`')."""
-    start, end = doc.sentence(pos)
-    if not doc.first_time("secret", start):
-        return None
     low = doc.low
     found = _COLLECT_SECRET.search(low, start, end) if doc.words(start, end) & _SECRET_VERBS else None
     if found:
@@ -622,10 +682,8 @@ _LEAK_WORDS = _inflected(
 }
 
 
-def _context(doc: _Doc, pos: int) -> Hit | None:
-    start, end = doc.sentence(pos)
-    if not doc.first_time("context", start):
-        return None
+@_per_sentence("context")
+def _context(doc: _Doc, start: int, end: int) -> Hit | None:
     low = doc.low
     if not doc.words(start, end) & _CONTEXT_WORDS:
         return None
@@ -675,12 +733,10 @@ _CONCEAL_WORDS = frozenset(
 """Words one of the concealment patterns needs: a sentence without any is not read further."""
 
 
-def _conceal(doc: _Doc, pos: int) -> Hit | None:
+@_per_sentence("conceal")
+def _conceal(doc: _Doc, start: int, end: int) -> Hit | None:
     """Hide it from the user: 'do not mention this to the user', 'without informing the user', 'keep this to
     yourself', 'present it as if', 'silently read'. Real: 'always ask the user', 'please tell the user'."""
-    start, end = doc.sentence(pos)
-    if not doc.first_time("conceal", start):
-        return None
     low = doc.low
     words = doc.words(start, end)
     negation = words & _NEGATION_WORDS or "n't" in low[start:end]
@@ -847,14 +903,12 @@ def _sentence_once(doc: _Doc, rule: str, pos: int) -> tuple[int, int] | None:
     return (start, end) if doc.first_time(rule, start) else None
 
 
-def _others(doc: _Doc, pos: int) -> Hit | None:
+@_per_sentence("others")
+def _others(doc: _Doc, start: int, end: int) -> Hit | None:
     """Steering away from every other tool or server."""
-    bounds = _sentence_once(doc, "others", pos)
-    if bounds is None or not (
-        doc.words(*bounds) & _OTHERS_WORDS or any(kind in doc.low[bounds[0] : bounds[1]] for kind in _OTHERS_KINDS)
-    ):
+    if not (doc.words(start, end) & _OTHERS_WORDS or any(kind in doc.low[start:end] for kind in _OTHERS_KINDS)):
         return None
-    found = _OTHERS.search(doc.low, *bounds)
+    found = _OTHERS.search(doc.low, start, end)
     return doc.hit("cross-tool", found.start(), found.end() + 40) if found else None
 
 
@@ -876,24 +930,20 @@ _PROMOTION_WORDS = frozenset(
 )
 
 
-def _promotion(doc: _Doc, pos: int) -> Hit | None:
+@_per_sentence("promotion")
+def _promotion(doc: _Doc, start: int, end: int) -> Hit | None:
     """Preferring this tool over all others."""
-    bounds = _sentence_once(doc, "promotion", pos)
-    if bounds is None:
-        return None
-    words = doc.words(*bounds)
+    words = doc.words(start, end)
     if not words & _COMPARING and not ("this" in words and words & _PROMOTION_WORDS):
         return None
-    found = _SELF_PROMOTION.search(doc.low, *bounds) if bounds else None
+    found = _SELF_PROMOTION.search(doc.low, start, end)
     return doc.hit("cross-tool", found.start(), found.end() + 40) if found else None
 
 
-def _first(doc: _Doc, pos: int) -> Hit | None:
+@_per_sentence("first")
+def _first(doc: _Doc, start: int, end: int) -> Hit | None:
     """Running before (or after) every request or call, or slotting itself around another operation."""
-    bounds = _sentence_once(doc, "first", pos)
-    if bounds is None:
-        return None
-    low, (start, end) = doc.low, bounds
+    low = doc.low
     if not doc.words(start, end) & _INSISTING:
         return None
     if _FIRST_OF_ALL.search(low, start, end) and _INSISTENCE.search(low, start, end):
@@ -908,12 +958,10 @@ _INSISTING = frozenset(
 """A word of each branch of `_INSISTENCE` and 'this' (of `_HIJACK`): `_first` finds nothing without one."""
 
 
-def _uses_other(doc: _Doc, pos: int) -> Hit | None:
+@_per_sentence("uses")
+def _uses_other(doc: _Doc, start: int, end: int) -> Hit | None:
     """'Before using send_email, always add ...': a directive about using a tool the server does not have."""
-    bounds = _sentence_once(doc, "uses", pos)
-    if bounds is None:
-        return None
-    low, (start, end) = doc.low, bounds
+    low = doc.low
     if low.find("_", start, end) < 0 and low.find("`", start, end) < 0 and low.find("'", start, end) < 0:
         return None  # no tool-like name in the sentence
     if not doc.words(start, end) & _DIRECTIVE_WORDS:
@@ -950,11 +998,9 @@ def _foreign(doc: _Doc, pos: int) -> Hit | None:
     return None
 
 
-def _category(doc: _Doc, pos: int) -> Hit | None:
+@_per_sentence("category")
+def _category(doc: _Doc, start: int, end: int) -> Hit | None:
     """An order about a kind of tool the server does not offer ('with the terminal tool, prefix ...')."""
-    start, end = doc.sentence(pos)
-    if not doc.first_time("category", start):
-        return None
     if not doc.words(start, end) & _ORDERING:
         return None
     found = _CATEGORY_TOOL.search(doc.low, start, end)
@@ -1006,11 +1052,9 @@ def _email(doc: _Doc, pos: int) -> Hit | None:
     return None
 
 
-def _url(doc: _Doc, pos: int) -> Hit | None:
+@_per_sentence("url")
+def _url(doc: _Doc, start: int, end: int) -> Hit | None:
     """Data sent to a fixed URL as a matter of routine ('after each search, send the results to https://...')."""
-    start, end = doc.sentence(pos)
-    if not doc.first_time("url", start):
-        return None
     if _URL_DESTINATION.search(doc.low, start, end) and _ROUTINE.search(doc.low, start, end):
         return doc.hit("exfil-destination", start, end)
     return None
@@ -1173,15 +1217,21 @@ def scan_identifiers(joined: str, own: set[str]) -> Iterator[Hit]:
     for code in _IDENTIFIER_LITERALS.find(joined):
         occurrences[code & _INDEX_MASK].append(code >> INDEX_BITS)
     done: set[int] = set()
+    # What each identifier read so far gave (kind and excerpt): names repeat from tool to tool ('page_token').
+    read: dict[str, tuple[str, str] | None] = {}
     for positions in occurrences:  # anchor by anchor, as the hits have always come
         for pos in positions:
             start = joined.rfind("\n", 0, pos) + 1
             if start not in done:
                 done.add(start)
                 end = joined.find("\n", pos)
-                hit = _identifier(joined[start : len(joined) if end < 0 else end], start, own)
-                if hit is not None:
-                    yield hit
+                identifier = joined[start : len(joined) if end < 0 else end]
+                if identifier not in read:
+                    hit = _identifier(identifier, 0, own)
+                    read[identifier] = None if hit is None else (hit.kind, hit.excerpt)
+                found = read[identifier]
+                if found is not None:
+                    yield Hit(found[0], start, found[1])
 
 
 def _identifier(identifier: str, start: int, own: set[str]) -> Hit | None:
@@ -1288,26 +1338,72 @@ IDENTIFIER_WORD_ANCHORS = tuple(
 """What identifiers read as words are checked for (orders and leaks; not prose-only structure)."""
 
 
-def scan(raw: str, own: set[str], *, identifiers: bool = False) -> Iterator[Hit]:
-    """Every hit in `raw` (the joined prose of one listing, or its identifiers read as words)."""
-    low = raw.lower()
-    if len(low) != len(raw):  # a few characters change length when lowercased (İ): keep offsets aligned
-        low = "".join(char.lower()[0] for char in raw)
+def scan(raw: str, own: set[str], *, identifiers: bool = False, low: str | None = None) -> Iterator[Hit]:
+    """Every hit in `raw` (the joined prose of one listing, or its identifiers read as words); `low` is
+    `lowered(raw)` when the caller has it."""
+    if low is None:
+        low = lowered(raw)
     doc = _Doc(raw, low, own, identifiers)
     if not identifiers:  # identifiers reach here printable ASCII
         yield from _invisible(raw)
     # Every anchor's occurrences first, then the checks in text order, so each sentence is bounded once.
     literals, checks_of = _WORD_LITERALS if identifiers else _PROSE_LITERALS
     seen: set[tuple[str, int]] = set()
-    for code in literals.find(low):
+    done = doc.done
+    for code in literals.find(low, doc.ascii if len(low) >= literals.numpy_from else None):
         pos = code >> INDEX_BITS
+        bounds = text = None
         for check in checks_of[code & _INDEX_MASK]:
-            hit = check(doc, pos)
+            if type(check) is _SentenceCheck:
+                # What `check(doc, pos)` does, without a call for a sentence the rule has read already.
+                if bounds is None:
+                    bounds = doc.sentence(pos)
+                read = (check.rule, bounds[0])
+                if read in done:
+                    continue
+                done.add(read)
+                if text is None:
+                    text = low[max(0, bounds[0] - 1) : bounds[1]]
+                hit = _sentence_hit(doc, check, bounds, text)
+            else:
+                hit = check(doc, pos)
             if hit is not None and (hit.kind, hit.start) not in seen:
                 seen.add((hit.kind, hit.start))
                 yield hit
     if not identifiers:
         yield from _encoded(doc)
+
+
+def _sentence_hit(doc: _Doc, check: _SentenceCheck, bounds: tuple[int, int], text: str) -> Hit | None:
+    """`check.body` on a sentence, or what it found in the same sentence text before: a rule reads nothing
+    but the sentence (and, through a word boundary or a lookbehind, the one character before it), and
+    descriptions repeat sentences (a parameter's description in every tool). The excerpt is cut again, from
+    where the sentence is."""
+    start = bounds[0]
+    key = (check.rule, start == 0, text)
+    if key in doc.results:
+        found = doc.results[key]
+        return None if found is None else doc.hit(found[0], start + found[1], start + found[2])
+    hit = check.body(doc, *bounds)
+    doc.results[key] = None if hit is None else (hit.kind, hit.start - start, hit.end - start)
+    return hit
+
+
+def lowered(raw: str) -> str:
+    """`raw` lowercased, offsets kept: a few characters change length when lowercased (İ), and then every
+    character is lowercased alone."""
+    low = raw.lower()
+    return low if len(low) == len(raw) else "".join(char.lower()[0] for char in raw)
+
+
+def lowered_parts(parts: list[str]) -> str:
+    """`lowered(SEPARATOR.join(parts))`, each part lowercased alone: a listing's ASCII strings then skip the
+    slower lowercasing that one non-ASCII string would impose on the whole text (the separator holds no
+    letter, so no character's lowercase depends on another part)."""
+    lows = [part.lower() for part in parts]
+    if any(len(low) != len(part) for low, part in zip(lows, parts, strict=True)):
+        return lowered(SEPARATOR.join(parts))
+    return SEPARATOR.join(lows)
 
 
 def _searched(
