@@ -7,17 +7,17 @@ STAMP_TEST := $(VENV)/.installed-test
 
 .PHONY: demo test check install-demo install-test install-outside clean
 
-# --no-compile: Python compiles what is imported on first use, sooner than pip compiles every file.
+#: Python compiles what is imported on first use, sooner than pip compiles every file.
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --no-compile --upgrade pip
+	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP_DEMO): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install --quiet --no-compile -e '.[demo]'
+	$(BIN)/python -m pip install --quiet -e '.[demo]'
 	touch $@
 
 $(STAMP_TEST): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install --quiet --no-compile -e '.[test,demo]'
+	$(BIN)/python -m pip install --quiet -e '.[test,demo]'
 	touch $@
 
 install-demo: $(STAMP_DEMO)
