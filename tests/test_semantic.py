@@ -330,6 +330,25 @@ def test_a_query_embedding_over_its_time_limit_is_reported_slow(scorer: Semantic
     assert scorer.embed_query("list open pull requests", timeout_ms=60_000).shape == (1, DIMENSION)
 
 
+def test_a_query_of_several_sentences_is_shared_by_two_threads_and_matches_each_sentence_alone(
+    scorer: SemanticScorer,
+) -> None:
+    query = (
+        "I am planning a trip to Tokyo next week and need to know the local time there. "
+        "Also, list the open pull requests in the billing repository. Then count the documents in the orders collection!"
+    )
+    sentences = query_sentences(query)
+    assert len(sentences) == 3
+    here, there = model_module._two_shares([40, 12, 10], model_module.USE_SENTENCE_TOKENS)
+    assert sorted(here + there) == [0, 1, 2] and here and there  # both threads get a share
+    assert model_module._two_shares([25], model_module.USE_SENTENCE_TOKENS) == ([0], [])
+    together = scorer.embed_query(query)
+    alone = np.vstack([scorer.embed_query(sentence) for sentence in sentences])
+    assert together.shape == (3, DIMENSION)
+    assert np.allclose(together, alone, atol=1e-5)
+    assert np.allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
+
+
 # --- pure rules and the shipped data -----------------------------------------------------------
 
 

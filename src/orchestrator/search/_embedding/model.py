@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
@@ -79,6 +79,8 @@ MODEL_ID = (
 _MINILM_SCALE = math.sqrt(1.0 - MULTILINGUAL_SHARE)
 _MULTILINGUAL_SCALE = math.sqrt(MULTILINGUAL_SHARE)
 
+_T = TypeVar("_T")
+
 BATCH_SIZE = 8
 """Texts per model run when embedding tools: sorted by token count, small batches waste little padding."""
 SESSION_THREADS = 1
@@ -86,6 +88,9 @@ SESSION_THREADS = 1
 (which burn a core) and halves throughput when the other core is taken; parallel runs do better."""
 EMBED_WORKERS = 2
 """Concurrent model runs when embedding many tools (each on one thread; the GIL is released)."""
+USE_SENTENCE_TOKENS = 8
+"""USE multilingual v3 takes about as long for a sentence as all-MiniLM-L6-v2 for this many tokens: how a
+query's sentences are shared between the two threads that embed it."""
 MULTILINGUAL_RUN = 64
 """Texts per USE multilingual v3 job when embedding many tools (about 0.1 s): small enough to even out the
 two workers' last jobs."""
@@ -204,7 +209,7 @@ class SemanticScorer:
         return scorer
 
     def embed_query(self, text: str, *, timeout_ms: float | None = None) -> NDArray[np.float32]:
-        """Unit vectors of a query's sentences (`query_sentences`), one row each, from one model run.
+        """Unit vectors of a query's sentences (`query_sentences`), one row each, embedded on two threads.
 
         Args:
             timeout_ms: an embedding slower than this is abandoned (the run is told to stop) and
@@ -224,11 +229,23 @@ class SemanticScorer:
             timer.daemon = True
             timer.start()
         sentences = query_sentences(text)
-        # USE multilingual v3 runs on a second thread meanwhile (numpy and onnxruntime both release the
-        # GIL): a query waits for the slower model, not for both in turn.
-        multilingual = _Background(lambda: self._multilingual.embed([multilingual_text(s) for s in sentences]))
+        encodings = self._encode(sentences)
+        here, there = _two_shares([len(encoding.ids) for encoding in encodings], USE_SENTENCE_TOKENS)
+
+        # Both cores work on one query (onnxruntime and numpy release the GIL): a second thread runs USE
+        # multilingual v3 and all-MiniLM-L6-v2 on `there` while this one runs all-MiniLM-L6-v2 on `here`.
+        def elsewhere() -> tuple[NDArray[np.float32], NDArray[np.float32] | None]:
+            multilingual = self._multilingual.embed([multilingual_text(sentence) for sentence in sentences])
+            rows = self._run([encodings[i] for i in there], run_options) if there else None
+            return multilingual, rows
+
+        other = _Background(elsewhere)
+        vectors = np.empty((len(sentences), MINILM_DIMENSION), np.float32)
         try:
-            vectors = self._run(self._encode(sentences), run_options)
+            vectors[here] = self._run([encodings[i] for i in here], run_options)
+            multilingual, rows = other.result()
+            if rows is not None:
+                vectors[there] = rows
         except SemanticUnavailable:
             if run_options is not None and run_options.terminate:
                 raise self._slow(started, timeout_ms) from None
@@ -236,7 +253,7 @@ class SemanticScorer:
         finally:
             if timer is not None:
                 timer.cancel()
-        joined = self._combine(vectors, multilingual.result())
+        joined = self._combine(vectors, multilingual)
         if timeout_ms is not None and (time.perf_counter() - started) * 1000 > timeout_ms:
             raise self._slow(started, timeout_ms)
         return joined
@@ -363,12 +380,25 @@ class SemanticScorer:
         return unit
 
 
-class _Background:
+def _two_shares(tokens: Sequence[int], handicap: int) -> tuple[list[int], list[int]]:
+    """Sentence indices split in two runs of about equal cost, longest first to the lighter one; the
+    second starts `handicap` tokens per sentence behind (the other model's work it also does)."""
+    here: list[int] = []
+    there: list[int] = []
+    loads = [0, handicap * len(tokens)]
+    for index in sorted(range(len(tokens)), key=lambda i: -tokens[i]):
+        side = 0 if loads[0] <= loads[1] else 1
+        (here, there)[side].append(index)
+        loads[side] += tokens[index]
+    return sorted(here), sorted(there)
+
+
+class _Background(Generic[_T]):
     """`work()` on its own thread, started at once; `result()` waits for it and re-raises its error."""
 
-    def __init__(self, work: Callable[[], NDArray[np.float32]]) -> None:
+    def __init__(self, work: Callable[[], _T]) -> None:
         self._work = work
-        self._value: NDArray[np.float32] | None = None
+        self._value: _T | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="orchestrator-embed-query", daemon=True)
         self._thread.start()
@@ -379,7 +409,7 @@ class _Background:
         except BaseException as exc:  # handed to the thread that waits in `result`
             self._error = exc
 
-    def result(self) -> NDArray[np.float32]:
+    def result(self) -> _T:
         self._thread.join()
         if self._error is not None:
             raise self._error
