@@ -38,6 +38,7 @@ import numpy as np
 
 from .._config import TraceSettings
 from .._errors import SemanticUnavailable
+from ._background import Background
 from ._lexical import FORM_PREFIX
 from ._tuning import (
     EVIDENCE_CENTROID_WEIGHT,
@@ -270,10 +271,15 @@ class LearnedEvidence:
     ) -> tuple[NDArray[Any], NDArray[np.intp]]:
         """Hybrid scores (which top out near 1) with evidence: the blend redone over enriched cosines when
         there are vectors (`parts` and `reblend` given), then near repeats and votes added."""
-        strength = EVIDENCE_HYBRID_LEXICAL_WEIGHT * self.near_repeats(terms)
         if parts is not None and reblend is not None and self._vectors is not None:
+            # The vote's matrix product (the newest requests' vectors) runs while the blend is redone.
+            query_vectors = parts.query_vectors
+            votes = Background(lambda: self.votes(query_vectors))
+            strength = EVIDENCE_HYBRID_LEXICAL_WEIGHT * self.near_repeats(terms)
             blended, admitted = reblend(lexical, self.enriched_cosines(parts), candidates)
-            strength += EVIDENCE_VOTE_WEIGHT * self.votes(parts.query_vectors)
+            strength += EVIDENCE_VOTE_WEIGHT * votes.result()
+        else:
+            strength = EVIDENCE_HYBRID_LEXICAL_WEIGHT * self.near_repeats(terms)
         if not strength.any():
             return blended, admitted
         return blended + strength, _with(admitted, strength)

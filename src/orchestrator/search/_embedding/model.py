@@ -27,11 +27,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..._errors import SemanticUnavailable
+from .._background import Background
 from .._tuning import MULTILINGUAL_SHARE
 from .multilingual import MULTILINGUAL_DIMENSION, MULTILINGUAL_PACKAGE, MULTILINGUAL_SHA256, MultilingualEncoder
 from .pinned import check_hash, one_line, package_folder
@@ -78,8 +79,6 @@ MODEL_ID = (
 """Part of every cache key: a different model, vocabulary, cut or share never reuses old vectors."""
 _MINILM_SCALE = math.sqrt(1.0 - MULTILINGUAL_SHARE)
 _MULTILINGUAL_SCALE = math.sqrt(MULTILINGUAL_SHARE)
-
-_T = TypeVar("_T")
 
 BATCH_SIZE = 8
 """Texts per model run when embedding tools: sorted by token count, small batches waste little padding."""
@@ -239,7 +238,7 @@ class SemanticScorer:
             rows = self._run([encodings[i] for i in there], run_options) if there else None
             return multilingual, rows
 
-        other = _Background(elsewhere)
+        other = Background(elsewhere)
         vectors = np.empty((len(sentences), MINILM_DIMENSION), np.float32)
         try:
             vectors[here] = self._run([encodings[i] for i in here], run_options)
@@ -391,27 +390,3 @@ def _two_shares(tokens: Sequence[int], handicap: int) -> tuple[list[int], list[i
         (here, there)[side].append(index)
         loads[side] += tokens[index]
     return sorted(here), sorted(there)
-
-
-class _Background(Generic[_T]):
-    """`work()` on its own thread, started at once; `result()` waits for it and re-raises its error."""
-
-    def __init__(self, work: Callable[[], _T]) -> None:
-        self._work = work
-        self._value: _T | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="orchestrator-embed-query", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._value = self._work()
-        except BaseException as exc:  # handed to the thread that waits in `result`
-            self._error = exc
-
-    def result(self) -> _T:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._value is not None
-        return self._value

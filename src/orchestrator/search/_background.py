@@ -1,0 +1,51 @@
+"""A second core for one search: work handed to a process-wide thread pool and waited for later.
+
+A hybrid search is a few large numpy and onnxruntime calls, which release the GIL: the query's two models
+run side by side (`SemanticScorer.embed_query`), and the evidence's vote over earlier requests runs while
+the blend is redone (`LearnedEvidence.hybrid`).
+
+    later = Background(work)      starts work() on a pool thread (inline once the pool refuses work)
+    later.result()                waits for it; its exception is raised here
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Generic, TypeVar
+
+__all__ = ["Background"]
+
+_T = TypeVar("_T")
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _shared_pool() -> ThreadPoolExecutor:
+    """One thread per core, made on first use and kept for the process."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(os.cpu_count() or 2, thread_name_prefix="orchestrator-search")
+        return _pool
+
+
+class Background(Generic[_T]):
+    """`work()` on a pool thread, started at once; `result()` waits for it and re-raises its error.
+    Runs `work` inline when the pool no longer takes work (the interpreter is shutting down)."""
+
+    def __init__(self, work: Callable[[], _T]) -> None:
+        self._work = work
+        self._future: Future[_T] | None
+        try:
+            self._future = _shared_pool().submit(work)
+        except RuntimeError:
+            self._future = None
+
+    def result(self) -> _T:
+        if self._future is None:
+            return self._work()
+        return self._future.result()
