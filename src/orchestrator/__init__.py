@@ -81,11 +81,12 @@ _EXPORTS: dict[str, str] = {
     "SearchHit": ".search._engine",
     "Ranked": ".search._engine",
     "ScoreBlend": ".search._blend",
+    "EvidenceBlend": ".search._blend",
     "EmbeddingRuntime": ".search._embedding",
     "MultilingualEncoder": ".search._embedding",
     "SemanticScorer": ".search._embedding",
     "ToolVectors": ".search._embedding",
-    "BlendParts": ".search._embedding.blend",
+    "BlendParts": ".search._blend",
     "TokenCounter": "._tokens",
     # planning
     "ToolPlan": "._planning",
@@ -217,9 +218,8 @@ if _TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__`
     from .protocols.mcp._session import LogSink
     from .protocols.mcp._status import Circuit, DroppedTool, ServerState, ServerStatus
     from .protocols.mcp._transports import TransportFactory
-    from .search._blend import ScoreBlend
+    from .search._blend import BlendParts, EvidenceBlend, ScoreBlend
     from .search._embedding import EmbeddingRuntime, MultilingualEncoder, SemanticScorer, ToolVectors
-    from .search._embedding.blend import BlendParts
     from .search._engine import Ranked, SearchHit, ToolSearchEngine
     from .search._evidence import EvidenceSource, LearnedEvidence, TraceEvidence
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
+
+import numpy as np
 
 if TYPE_CHECKING:
-    import numpy as np
+    from numpy.typing import NDArray
 
     from ..protocols.mcp._catalog import ToolCatalog
 
-__all__ = ["ScoreBlend"]
+__all__ = ["BlendParts", "EvidenceBlend", "ScoreBlend"]
 
 
 class ScoreBlend(Protocol):
@@ -30,3 +33,30 @@ class ScoreBlend(Protocol):
     def prepare(self, catalog: ToolCatalog) -> None: ...
 
     def blend(self, query: str, lexical: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+class BlendParts(NamedTuple):
+    """One hybrid search's blend and what it was made from."""
+
+    scores: np.ndarray
+    admitted: np.ndarray
+    query_vectors: NDArray[np.float32]
+    """One unit row per sentence of the query."""
+    cosines: NDArray[np.float32]
+    """Each tool's best cosine with the query's sentences."""
+    size: int
+    """Documents the cosines are over."""
+    rows: Callable[[NDArray[np.intp]], NDArray[np.float32] | None]
+    """The float32 vectors of some documents (`VectorIndex.rows`), None when the store lacks one."""
+
+
+@runtime_checkable
+class EvidenceBlend(ScoreBlend, Protocol):
+    """A blend that learned evidence (`_evidence.py`) can redo: it keeps the query's vectors and cosines
+    (`blend_keeping`) and blends again from cosines the evidence moved (`reblend`). `HybridBlend` is one."""
+
+    def blend_keeping(self, query: str, lexical: np.ndarray, candidates: np.ndarray) -> BlendParts: ...
+
+    def reblend(
+        self, lexical: np.ndarray, cosines: np.ndarray, candidates: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]: ...

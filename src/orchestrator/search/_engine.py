@@ -25,7 +25,7 @@ from .._config import ToolSearchSettings
 from .._errors import ExpandError, SearchQueryError, SemanticUnavailable, ToolNotFoundError
 from .._telemetry import FALLBACK_KINDS, Telemetry
 from ..protocols.mcp._catalog import ToolCatalog, ToolEntry
-from ._blend import ScoreBlend
+from ._blend import EvidenceBlend, ScoreBlend
 from ._evidence import EvidenceSource, LearnedEvidence
 from ._lexical import FORM_PREFIX, Analyzer, LexicalIndex
 from ._tuning import BLEND_BM25_K1, LONG_BLEND_SHARE, NAMED_SERVER_BONUS, STEP_STRENGTH_POWER
@@ -357,11 +357,11 @@ class ToolSearchEngine:
         # A blend (and learned evidence) reads the catalog's entries by position, the index by slot.
         slots = state.index.slots()
         ordered, near = scores[slots], np.sort(state.index.positions()[candidates])
-        keeping = getattr(self._blend, "blend_keeping", None) if learned is not None else None
+        redoable = self._blend if learned is not None and isinstance(self._blend, EvidenceBlend) else None
         parts = None
         try:
-            if keeping is not None:
-                parts = keeping(focus, ordered, near)
+            if redoable is not None:
+                parts = redoable.blend_keeping(focus, ordered, near)
                 blended, admitted = parts.scores, parts.admitted
             else:
                 blended, admitted = self._blend.blend(focus, ordered, near)
@@ -374,7 +374,7 @@ class ToolSearchEngine:
                 log.warning("hybrid ranking failed; answering with lexical ranking", exc_info=True)
             return *self._lexical(state, query, learned), "lexical", "blend_failed"
         if learned is not None:
-            reblend = getattr(self._blend, "reblend", None) if parts is not None else None
+            reblend = redoable.reblend if redoable is not None else None
             blended, admitted = learned.hybrid(terms, parts, reblend, ordered, near, blended, admitted)
         by_slot = np.zeros(state.index.capacity, dtype=np.float64)
         by_slot[slots] = blended
@@ -396,7 +396,7 @@ class ToolSearchEngine:
         if self._evidence is None or len(query) > LONG_QUERY_CHARS:
             return None
         try:
-            vectors = self._blend is not None and hasattr(self._blend, "blend_keeping")
+            vectors = isinstance(self._blend, EvidenceBlend)
             return self._evidence.current(state.catalog, state.index, vectors=vectors)
         except Exception:  # boundary: learned evidence is an addition; the tools' own text still ranks
             if not self._evidence_failure_logged:

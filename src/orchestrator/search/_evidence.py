@@ -55,8 +55,8 @@ if TYPE_CHECKING:
 
     from .._traces import Trace
     from ..protocols.mcp._catalog import ToolCatalog
+    from ._blend import BlendParts
     from ._embedding import EmbeddingRuntime
-    from ._embedding.blend import BlendParts
     from ._embedding.vectors import ToolVectors
 
 __all__ = ["TRACE_VECTORS", "EvidenceSource", "LearnedEvidence", "TraceEvidence", "trace_vectors"]

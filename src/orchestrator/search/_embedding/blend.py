@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from ..._errors import SemanticUnavailable
+from .._blend import BlendParts
 from .index import VectorIndex
 from .rules import admitted, blend, entry_text
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-
-    from numpy.typing import NDArray
 
     from ..._config import ToolSearchSettings
     from ...protocols.mcp._catalog import ToolCatalog, ToolEntry
@@ -33,21 +31,6 @@ took ~19 s)."""
 EMBED_MS_PER_TEXT = 2.0
 """USE multilingual v3's time per tool text on one core here (1.5-1.8 ms measured). Uncached texts are
 embedded inside a search only when tokens x EMBED_MS_PER_TOKEN + texts x this fits `embedding_timeout_ms`."""
-
-
-class BlendParts(NamedTuple):
-    """One hybrid search's blend and what it was made from."""
-
-    scores: np.ndarray
-    admitted: np.ndarray
-    query_vectors: NDArray[np.float32]
-    """One unit row per sentence of the query."""
-    cosines: NDArray[np.float32]
-    """Each tool's best cosine with the query's sentences."""
-    size: int
-    """Documents the cosines are over."""
-    rows: Callable[[NDArray[np.intp]], NDArray[np.float32] | None]
-    """The float32 vectors of some documents (`VectorIndex.rows`), None when the store lacks one."""
 
 
 class Runtime(Protocol):
