@@ -7,7 +7,6 @@ STAMP_TEST := $(VENV)/.installed-test
 
 .PHONY: demo test check install-demo install-test install-outside clean
 
-#: Python compiles what is imported on first use, sooner than pip compiles every file.
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
