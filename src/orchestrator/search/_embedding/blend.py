@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ...protocols.mcp._catalog import ToolCatalog, ToolEntry
     from .vectors import ToolVectors
 
-__all__ = ["EMBED_MS_PER_TEXT", "EMBED_MS_PER_TOKEN", "SYNC_EMBED_TEXTS", "BlendParts", "HybridBlend"]
+__all__ = ["EMBED_MS_PER_TEXT", "EMBED_MS_PER_TOKEN", "SYNC_EMBED_TEXTS", "HybridBlend"]
 
 SYNC_EMBED_TEXTS = 32
 """At most this many uncached tool texts may be embedded inside a search (then also the token budget
