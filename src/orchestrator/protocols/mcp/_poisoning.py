@@ -154,7 +154,7 @@ class _Text:
         names, name_origins = self._name_parts, self._name_origins
         for value in strings:
             if len(value) > rules.IDENTIFIER_CHARS or " " in value or "\n" in value:
-                prose.append(value.replace("\x00", "\x01") if "\x00" in value else value)
+                prose.append(rules.without_separators(value))
                 prose_origins.append((index, value))
             elif value not in seen:
                 seen.add(value)
