@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._analysis import FIELD_COUNT, Analyzer, FieldWeights, schema_texts
-from ._postings import Batch
+from ._postings import Batch, server_numbers
 
 if TYPE_CHECKING:
     from ..protocols.mcp._catalog import ToolEntry
@@ -160,10 +160,7 @@ def _count_shared(
     by_model = np.argsort(m_docs, kind="stable")  # each model's pairs together, in term order
     m_terms, m_sums = m_terms[by_model], m_sums[by_model]
     m_lengths = np.bincount(m_docs, minlength=len(models))
-    servers: dict[str, int] = {}  # server -> its number, in order of first entry
-    entry_server = np.fromiter(
-        (servers.setdefault(entry.server, len(servers)) for entry in entries), np.int64, len(entries)
-    )
+    servers, entry_server = server_numbers(entries)
     s_ids = [tuple(analyzer.term_ids(server)) for server in servers]
     s_lengths = np.fromiter(map(len, s_ids), np.int64, len(s_ids))
     server_weight = weights.values()[0]

@@ -24,7 +24,7 @@ import numpy as np
 if TYPE_CHECKING:
     from ..protocols.mcp._catalog import ToolEntry
 
-__all__ = ["EPSILON", "Batch", "Corpus", "ServerNames", "idf"]
+__all__ = ["EPSILON", "Batch", "Corpus", "ServerNames", "idf", "server_numbers"]
 
 EPSILON = 0.25
 """rank-bm25's BM25Okapi floor: a term in more than half the documents (negative idf) gets this share of
@@ -246,10 +246,18 @@ def _allocate(free: np.ndarray, count: int, capacity: int) -> tuple[np.ndarray, 
     return np.concatenate([taken, fresh]).astype(np.int32), free[count:], capacity + extra
 
 
+def server_numbers(entries: Sequence[ToolEntry]) -> tuple[dict[str, int], np.ndarray]:
+    """Each server's number, in order of its first entry, and each entry's server number (int64)."""
+    numbers: dict[str, int] = {}
+    of_entry = np.fromiter(
+        (numbers.setdefault(entry.server, len(numbers)) for entry in entries), np.int64, len(entries)
+    )
+    return numbers, of_entry
+
+
 def _slots_by_server(entries: Sequence[ToolEntry]) -> dict[str, np.ndarray]:
     """Each server's slots (int32, ascending) when entry i is in slot i, servers in order of first slot."""
-    numbers: dict[str, int] = {}
-    of_slot = np.fromiter((numbers.setdefault(entry.server, len(numbers)) for entry in entries), np.int32, len(entries))
+    numbers, of_slot = server_numbers(entries)
     slots = np.argsort(of_slot, kind="stable").astype(np.int32)
     counts = np.bincount(of_slot, minlength=len(numbers))
     ends = np.cumsum(counts)
