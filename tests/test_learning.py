@@ -254,3 +254,52 @@ def test_hybrid_evidence_follows_tools_to_their_slots_after_an_incremental_updat
     fresh = hybrid(moved, runtime, evidence(TAUGHT, lambda: trace_vectors(runtime)))
     _same_ranking(updated, fresh)
     assert updated.rank("closing the books").ranking == "hybrid"
+
+
+def _unit(rows: np.ndarray) -> np.ndarray:
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.mark.parametrize("evidenced", [3, 40])
+def test_moved_cosines_are_the_same_whether_the_whole_matrix_is_kept_or_only_the_moved_rows(evidenced: int) -> None:
+    """Most tools with evidence: one copy of the whole matrix, moved rows in place, read once per search
+    (the tools' own cosines never computed); few: the own cosines with the moved rows' written over."""
+    from orchestrator import BlendParts
+    from orchestrator.search._evidence import LearnedEvidence, _Vectors
+
+    rng = np.random.default_rng(3)
+    size, width = 60, 16
+    matrix = _unit(rng.standard_normal((size, width)))
+    docs = np.arange(0, 2 * evidenced, 2)[:evidenced].astype(np.intp) % size
+    docs = np.unique(docs)
+    owners = [[(int(doc), 1.0)] for doc in docs]
+    vectors = _Vectors(
+        _unit(rng.standard_normal((len(docs), width))),
+        owners,
+        docs,
+        rng.standard_normal((len(docs), width)).astype(np.float32),
+    )
+    query = _unit(rng.standard_normal((2, width)))
+    asked: list[int] = []
+
+    def parts(kept: np.ndarray | None) -> BlendParts:
+        def cosines() -> np.ndarray:
+            asked.append(1)
+            return (matrix @ query.T).max(axis=1)
+
+        return BlendParts(query, size, lambda at: matrix[at], cosines, kept)
+
+    def learned() -> LearnedEvidence:
+        return LearnedEvidence(size, {}, owners, [[] for _ in owners], vectors)
+
+    whole, rows_only = learned(), learned()
+    kept = whole.enriched_cosines(parts(matrix))
+    whole_reads = len(asked)
+    separate = rows_only.enriched_cosines(parts(None))
+    np.testing.assert_allclose(kept, separate, atol=1e-6)
+    own = (matrix @ query.T).max(axis=1)
+    others = np.setdiff1d(np.arange(size), docs)
+    np.testing.assert_array_equal(separate[others], own[others])
+    assert not np.allclose(separate[docs], own[docs])  # the evidence moved them
+    assert whole_reads == (0 if 2 * len(docs) >= size else 1)
+    np.testing.assert_array_equal(whole.enriched_cosines(parts(matrix)), kept)  # kept from the first search

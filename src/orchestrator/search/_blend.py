@@ -36,26 +36,27 @@ class ScoreBlend(Protocol):
 
 
 class BlendParts(NamedTuple):
-    """One hybrid search's blend and what it was made from."""
+    """One hybrid search's query, embedded, and the catalog vectors its cosines come from."""
 
-    scores: np.ndarray
-    admitted: np.ndarray
     query_vectors: NDArray[np.float32]
     """One unit row per sentence of the query."""
-    cosines: NDArray[np.float32]
-    """Each tool's best cosine with the query's sentences."""
     size: int
-    """Documents the cosines are over."""
+    """Documents in the catalog's vector index."""
     rows: Callable[[NDArray[np.intp]], NDArray[np.float32] | None]
     """The float32 vectors of some documents (`VectorIndex.rows`), None when the store lacks one."""
+    cosines: Callable[[], NDArray[np.float32]]
+    """Each tool's best cosine with the query's sentences, computed when called: evidence that moves most
+    tools' vectors computes its own instead of reading every vector twice."""
+    matrix: NDArray[np.float32] | None
+    """Every tool's float32 vector, when the index keeps them so (catalogs up to `COMPACT_ABOVE` tools)."""
 
 
 @runtime_checkable
 class EvidenceBlend(ScoreBlend, Protocol):
-    """A blend that learned evidence (`_evidence.py`) can redo: it keeps the query's vectors and cosines
-    (`blend_keeping`) and blends again from cosines the evidence moved (`reblend`). `HybridBlend` is one."""
+    """A blend that learned evidence (`_evidence.py`) can redo: it hands over the embedded query
+    (`query_parts`) and blends from cosines the evidence moved (`reblend`). `HybridBlend` is one."""
 
-    def blend_keeping(self, query: str, lexical: np.ndarray, candidates: np.ndarray) -> BlendParts: ...
+    def query_parts(self, query: str, size: int) -> BlendParts: ...
 
     def reblend(
         self, lexical: np.ndarray, cosines: np.ndarray, candidates: np.ndarray

@@ -194,6 +194,8 @@ class ToolSearchEngine:
             if blend is not None or requested == "lexical"
             else _find_blend(self._settings, requested, embeddings)
         )
+        # Learned evidence redoes the blend when it can (checked once: a runtime protocol check is slow).
+        self._redoable = self._blend if isinstance(self._blend, EvidenceBlend) else None
         self._blend_failure_logged = False
         self._evidence_failure_logged = False
         self._state: _State | None = None
@@ -357,14 +359,16 @@ class ToolSearchEngine:
         # A blend (and learned evidence) reads the catalog's entries by position, the index by slot.
         slots = state.index.slots()
         ordered, near = scores[slots], np.sort(state.index.positions()[candidates])
-        redoable = self._blend if learned is not None and isinstance(self._blend, EvidenceBlend) else None
-        parts = None
+        # Learned evidence with vectors moves tools' vectors before the blend: the blend hands it the embedded query.
+        moving = self._redoable if learned is not None and learned.has_vectors else None
         try:
-            if redoable is not None:
-                parts = redoable.blend_keeping(focus, ordered, near)
-                blended, admitted = parts.scores, parts.admitted
+            if learned is not None and moving is not None:
+                parts = moving.query_parts(focus, ordered.shape[0])
+                blended, admitted = learned.hybrid_with_vectors(terms, parts, moving.reblend, ordered, near)
             else:
                 blended, admitted = self._blend.blend(focus, ordered, near)
+                if learned is not None:
+                    blended, admitted = learned.hybrid(terms, blended, admitted)
         except SemanticUnavailable as exc:  # logged once by the scorer; counted here on every search
             kind = exc.kind if exc.kind in FALLBACK_KINDS else "blend_failed"
             return *self._lexical(state, query, learned), "lexical", kind
@@ -373,9 +377,6 @@ class ToolSearchEngine:
                 self._blend_failure_logged = True
                 log.warning("hybrid ranking failed; answering with lexical ranking", exc_info=True)
             return *self._lexical(state, query, learned), "lexical", "blend_failed"
-        if learned is not None:
-            reblend = redoable.reblend if redoable is not None else None
-            blended, admitted = learned.hybrid(terms, parts, reblend, ordered, near, blended, admitted)
         by_slot = np.zeros(state.index.capacity, dtype=np.float64)
         by_slot[slots] = blended
         blended, admitted = by_slot, slots[admitted]
@@ -396,8 +397,7 @@ class ToolSearchEngine:
         if self._evidence is None or len(query) > LONG_QUERY_CHARS:
             return None
         try:
-            vectors = isinstance(self._blend, EvidenceBlend)
-            return self._evidence.current(state.catalog, state.index, vectors=vectors)
+            return self._evidence.current(state.catalog, state.index, vectors=self._redoable is not None)
         except Exception:  # boundary: learned evidence is an addition; the tools' own text still ranks
             if not self._evidence_failure_logged:
                 self._evidence_failure_logged = True

@@ -78,10 +78,10 @@ BUILT_KEPT = 8
 """Evidence builds kept (catalog version x with or without vectors): a gateway serves a handful of profiles."""
 
 _Owners = list[list[tuple[int, float]]]
+"""Per earlier request, the (document, weight) of each tool it led to."""
 _Reblend = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 """The hybrid blend's rules over given cosines: (lexical, cosines, candidates) -> (scores, admitted)
 (`HybridBlend.reblend`)."""
-"""Per earlier request, the (document, weight) of each tool it led to."""
 
 
 class _Words(Protocol):
@@ -142,12 +142,14 @@ class LearnedEvidence:
         self._unknown_idf = max(max(idf.values(), default=1.0), 1.0)
         self._requests = len(owners)
         counts = [len(owned) for owned in owners]
-        self._pair_request = np.repeat(np.arange(len(owners), dtype=np.intp), counts)
+        # Pairs are grouped by request: request r's pairs are `_pair_starts[r]:_pair_starts[r + 1]`.
+        self._pair_starts = np.concatenate([[0], np.cumsum(counts, dtype=np.intp)]).astype(np.intp)
         self._pair_doc = np.fromiter((doc for owned in owners for doc, _ in owned), np.intp, sum(counts))
         self._pair_weight = np.fromiter((weight for owned in owners for _, weight in owned), np.float64, sum(counts))
         self._vocabulary, self._postings = self._index(terms)
         self._vectors = vectors
-        self._enriched: tuple[int, NDArray[np.float32]] | None = None
+        self._enriched: tuple[int, NDArray[np.float32], bool] | None = None
+        """(index size, moved rows or the whole moved matrix, whether whole), made on the first hybrid search."""
 
     @property
     def has_vectors(self) -> bool:
@@ -193,32 +195,49 @@ class LearnedEvidence:
         ids = np.concatenate([requests[starts[number] : starts[number + 1]] for number, _ in found])
         values = np.concatenate([weights[starts[number] : starts[number + 1]] * value for number, value in found])
         similarity = np.bincount(ids, weights=values, minlength=self._requests)
-        gate = np.clip((similarity - EVIDENCE_LEXICAL_FLOOR) / (1.0 - EVIDENCE_LEXICAL_FLOOR), 0.0, 1.0)
-        passing = gate[self._pair_request] > 0
-        if not passing.any():
+        # Only the few requests past the floor are read further (not every request's pairs).
+        close = np.flatnonzero(similarity > EVIDENCE_LEXICAL_FLOOR)
+        if not close.size:
             return strength
-        docs = self._pair_doc[passing]
-        values = gate[self._pair_request[passing]] * self._pair_weight[passing]
+        gate = np.minimum((similarity[close] - EVIDENCE_LEXICAL_FLOOR) / (1.0 - EVIDENCE_LEXICAL_FLOOR), 1.0)
+        first, counts = self._pair_starts[close], self._pair_starts[close + 1] - self._pair_starts[close]
+        # The close requests' pairs, in pair order: each request's first pair plus 0, 1, ... count - 1.
+        pairs = np.repeat(first - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
+        docs = self._pair_doc[pairs]
+        values = np.repeat(gate, counts) * self._pair_weight[pairs]
         order = np.argsort(values, kind="stable")
         strength[docs[order]] = values[order]  # the largest value of each document is written last
         return strength
 
     def enriched_cosines(self, parts: BlendParts) -> NDArray[np.float32]:
-        """The blend's cosines with each evidenced tool's vector moved towards its users' requests."""
+        """The blend's cosines with each evidenced tool's vector moved towards its users' requests.
+
+        When most tools have evidence and the index keeps float32 rows, the moved rows are kept in a copy of
+        the whole matrix (at most twice the moved rows' memory) and each search reads one matrix, not the
+        catalog's and then the moved rows."""
         vectors = self._vectors
-        cosines = parts.cosines
         if vectors is None or not vectors.docs.size:
-            return cosines
+            return parts.cosines()
         cached = self._enriched
         if cached is None or cached[0] != parts.size:
             own = parts.rows(vectors.docs)
             if own is None:  # the store lost a vector: the tools' own cosines
-                return cosines
+                return parts.cosines()
             moved = own + EVIDENCE_CENTROID_WEIGHT * vectors.means
             moved /= np.maximum(np.linalg.norm(moved, axis=1, keepdims=True), 1e-12)
-            cached = self._enriched = (parts.size, moved.astype(np.float32))
-        enriched = np.array(cosines, dtype=np.float32, copy=True)
-        enriched[vectors.docs] = (cached[1] @ np.atleast_2d(parts.query_vectors).T).max(axis=1)
+            whole = parts.matrix is not None and 2 * vectors.docs.size >= parts.size
+            if whole:
+                assert parts.matrix is not None
+                every = parts.matrix.copy()
+                every[vectors.docs] = moved
+                moved = every
+            cached = self._enriched = (parts.size, moved.astype(np.float32, copy=False), whole)
+        sentences = np.atleast_2d(parts.query_vectors).T
+        if cached[2]:
+            whole_cosines: NDArray[np.float32] = (cached[1] @ sentences).max(axis=1)
+            return whole_cosines
+        enriched = np.array(parts.cosines(), dtype=np.float32, copy=True)
+        enriched[vectors.docs] = (cached[1] @ sentences).max(axis=1)
         return enriched
 
     def votes(self, query_vectors: NDArray[np.float32]) -> NDArray[np.float64]:
@@ -260,29 +279,27 @@ class LearnedEvidence:
         return boosted, _with(candidates, strength)
 
     def hybrid(
+        self, terms: Sequence[str], blended: NDArray[Any], admitted: NDArray[np.intp]
+    ) -> tuple[NDArray[Any], NDArray[np.intp]]:
+        """Hybrid scores (which top out near 1) with near repeats added: evidence without vectors."""
+        return _added(blended, admitted, EVIDENCE_HYBRID_LEXICAL_WEIGHT * self.near_repeats(terms))
+
+    def hybrid_with_vectors(
         self,
         terms: Sequence[str],
-        parts: BlendParts | None,
-        reblend: _Reblend | None,
+        parts: BlendParts,
+        reblend: _Reblend,
         lexical: NDArray[np.float64],
         candidates: NDArray[np.intp],
-        blended: NDArray[Any],
-        admitted: NDArray[np.intp],
     ) -> tuple[NDArray[Any], NDArray[np.intp]]:
-        """Hybrid scores (which top out near 1) with evidence: the blend redone over enriched cosines when
-        there are vectors (`parts` and `reblend` given), then near repeats and votes added."""
-        if parts is not None and reblend is not None and self._vectors is not None:
-            # The vote's matrix product (the newest requests' vectors) runs while the blend is redone.
-            query_vectors = parts.query_vectors
-            votes = Background(lambda: self.votes(query_vectors))
-            strength = EVIDENCE_HYBRID_LEXICAL_WEIGHT * self.near_repeats(terms)
-            blended, admitted = reblend(lexical, self.enriched_cosines(parts), candidates)
-            strength += EVIDENCE_VOTE_WEIGHT * votes.result()
-        else:
-            strength = EVIDENCE_HYBRID_LEXICAL_WEIGHT * self.near_repeats(terms)
-        if not strength.any():
-            return blended, admitted
-        return blended + strength, _with(admitted, strength)
+        """Hybrid scores blended (`reblend`) over enriched cosines, then near repeats and votes added."""
+        # The vote's matrix product (the newest requests' vectors) runs while the blend is made.
+        query_vectors = parts.query_vectors
+        votes = Background(lambda: self.votes(query_vectors))
+        strength = EVIDENCE_HYBRID_LEXICAL_WEIGHT * self.near_repeats(terms)
+        blended, admitted = reblend(lexical, self.enriched_cosines(parts), candidates)
+        strength += EVIDENCE_VOTE_WEIGHT * votes.result()
+        return _added(blended, admitted, strength)
 
 
 class TraceEvidence:
@@ -476,6 +493,15 @@ class TraceEvidence:
         means = np.stack([totals[doc][0] / totals[doc][1] - overall for doc in docs.tolist()]).astype(np.float32)
         recent = sorted(range(len(found)), key=lambda row: -newest[found[row]])[:VOTE_REQUESTS]
         return _Vectors(matrix[recent], [owners[found[row]] for row in recent], docs, means)
+
+
+def _added(
+    scores: NDArray[Any], admitted: NDArray[np.intp], strength: NDArray[np.float64]
+) -> tuple[NDArray[Any], NDArray[np.intp]]:
+    """`scores` plus `strength`, and the documents with some strength admitted too."""
+    if not strength.any():
+        return scores, admitted
+    return scores + strength, _with(admitted, strength)
 
 
 def _with(ids: NDArray[np.intp], strength: NDArray[np.float64]) -> NDArray[np.intp]:

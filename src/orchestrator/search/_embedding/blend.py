@@ -113,23 +113,21 @@ class HybridBlend:
             SemanticUnavailable: the model cannot load, the catalog is still being embedded (`warming`),
                 or the query embedding failed or exceeded `embedding_timeout_ms` (`slow_query`).
         """
-        parts = self.blend_keeping(query, lexical, candidates)
-        return parts.scores, parts.admitted
+        return self.reblend(lexical, self.query_parts(query, lexical.shape[0]).cosines(), candidates)
 
-    def blend_keeping(self, query: str, lexical: np.ndarray, candidates: np.ndarray) -> BlendParts:
-        """`blend`, keeping what learned evidence needs (`_evidence.py`): the query's sentence vectors, the
-        cosines and the tool vectors they came from. Raises as `blend`."""
+    def query_parts(self, query: str, size: int) -> BlendParts:
+        """The query embedded, and the catalog's vectors its cosines come from (for learned evidence, which
+        moves some tools' vectors before the blend, `_evidence.py`). Raises as `blend`."""
         try:
             vectors = self.runtime.vectors()
-            index = self._index(vectors, lexical.shape[0])
+            index = self._index(vectors, size)
             query_vectors = vectors.model.embed_query(query, timeout_ms=self.timeout_ms)
         except SemanticUnavailable as exc:
             self.runtime.note(exc)
             raise
-        cosines = index.cosines(query_vectors)
-        scores, admitted_ids = self.reblend(lexical, cosines, candidates)
+        rows = functools.partial(index.rows, read=vectors.read)
         return BlendParts(
-            scores, admitted_ids, query_vectors, cosines, index.size, functools.partial(index.rows, read=vectors.read)
+            query_vectors, index.size, rows, functools.partial(index.cosines, query_vectors), index.vectors
         )
 
     def reblend(
