@@ -15,8 +15,11 @@ $(STAMP_DEMO): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[demo]'
 	touch $@
 
+# pip compiles each installed file in turn; compileall does it on every core (about 15 s sooner on a fresh
+# clone). Like pip, it leaves a file that does not compile to fail on import, if anything imports it.
 $(STAMP_TEST): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[test,demo]'
+	$(BIN)/python -m pip install --quiet --no-compile -e '.[test,demo]'
+	-$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null
 	touch $@
 
 install-demo: $(STAMP_DEMO)
@@ -44,8 +47,11 @@ check: $(STAMP_TEST)
 # parallel, each whole on one worker (its module fixtures, servers and gateways stay together), a worker
 # per core: the tests and the processes they start keep two cores busy (four workers on two cores took as
 # long and 10 % more CPU).
+# The project's own modules are compiled first too: where PYTHONDONTWRITEBYTECODE is set, every gateway,
+# CLI and test server the tests start would compile them again.
 test:
 	$(MAKE) --no-print-directory --output-sync -j2 check install-outside
+	$(BIN)/python -m compileall -q -x node_modules src tests > /dev/null
 	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist loadfile
 
 clean:
