@@ -366,6 +366,29 @@ def test_a_few_uncached_tools_are_embedded_inside_the_first_search(
     assert not loaded.vectors().warming
 
 
+def test_one_servers_new_tool_is_embedded_inside_the_next_search_and_the_index_built_once(
+    loaded: EmbeddingRuntime, catalog: ToolCatalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    current = [catalog]
+    engine = ToolSearchEngine(lambda: current[0], PATIENT, ranking="hybrid", embeddings=loaded)
+    assert engine.warm(timeout=60)
+    builds: list[int] = []
+    build = embedding.index.VectorIndex.build.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type, keys: Any, read: Any, previous: Any = None) -> Any:
+        builds.append(len(keys))
+        return build(cls, keys, read, previous)
+
+    monkeypatch.setattr(embedding.index.VectorIndex, "build", classmethod(counted))
+    embedded = loaded.vectors().texts_embedded
+    changed = {**TOOLS, "mongodb": [tool("count", "Count the documents matching a filter", "database", "collection")]}
+    current[0] = catalog.updated(changed, ["mongodb"])
+    hits = engine.search("how many documents match")
+    assert names(hits)[0] == "mongodb__count" and engine.ranking_used == "hybrid"
+    assert loaded.vectors().texts_embedded == embedded + 1
+    assert builds == [len(current[0])]  # not a first attempt that found the new text missing, then a second
+
+
 class _Broken:
     def prepare(self, catalog: ToolCatalog) -> None:
         pass

@@ -219,20 +219,22 @@ class HybridBlend:
             state.checked = vectors.generation
             raise SemanticUnavailable("warming", f"embedding {len(state.texts)} tool texts in the background")
         state.checked = vectors.generation
+        # A version that changed a few texts (one server's change): those embedded first, so the index is
+        # built once (a build reads every other vector's place: about 0.2 s at 100,000 tools).
+        fresh = [i for i, at in enumerate(state.reused) if at < 0] if state.reused is not None else []
+        if 0 < len(fresh) <= SYNC_EMBED_TEXTS:
+            _, found = vectors.read([keys[i] for i in fresh])
+            absent = np.delete(np.asarray(fresh, dtype=np.intp), found).tolist()
+            if absent:
+                self._embed_here(vectors, {keys[i]: state.texts[i] for i in absent})
         missing = self._build(vectors, state)
         if not missing:
             return
         if state.requested and vectors.warm_error is not None:
             raise vectors.warm_error
         texts = {keys[i]: state.texts[i] for i in missing}
-        if len(texts) <= SYNC_EMBED_TEXTS:
-            estimate_ms = (
-                vectors.model.count_tokens(texts.values()) * EMBED_MS_PER_TOKEN + len(texts) * EMBED_MS_PER_TEXT
-            )
-            if estimate_ms <= self.timeout_ms:
-                vectors.embed_keys(list(texts), list(texts.values()))
-                if not self._build(vectors, state):
-                    return
+        if self._embed_here(vectors, texts) and not self._build(vectors, state):
+            return
         vectors.warm(texts)
         state.requested = True
         raise SemanticUnavailable(
@@ -240,3 +242,14 @@ class HybridBlend:
             f"embedding {len(texts)} of {len(keys)} tool texts in the background "
             f"(cached in {vectors.where}); lexical ranking until they are ready",
         )
+
+    def _embed_here(self, vectors: ToolVectors, texts: dict[bytes, str]) -> bool:
+        """Embed `texts` inside this search when they are at most SYNC_EMBED_TEXTS and their estimated time
+        fits `embedding_timeout_ms`; False (nothing done) otherwise."""
+        if len(texts) > SYNC_EMBED_TEXTS:
+            return False
+        estimate_ms = vectors.model.count_tokens(texts.values()) * EMBED_MS_PER_TOKEN + len(texts) * EMBED_MS_PER_TEXT
+        if estimate_ms > self.timeout_ms:
+            return False
+        vectors.embed_keys(list(texts), list(texts.values()))
+        return True
