@@ -17,14 +17,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from _common import DATA, REPO, add_results_flag, report_targets, run_recorded, table
+
+sys.path.insert(0, str(REPO))  # the corpus reader the tests use
+
+from tests.poisoning_corpus import detection as corpus_detection
+from tests.poisoning_corpus import load
+
 from orchestrator.protocols.mcp._catalog import read_snapshot
-from orchestrator.protocols.mcp._poisoning import scan_tool, scan_tools
+from orchestrator.protocols.mcp._poisoning import scan_tools
 
 RUNS = 9
 OWN = REPO / "tests" / "data" / "poisoning"
@@ -38,46 +44,22 @@ SETS = (
 FIRST_SCANS = {"blind": "12/24", "blind2": "14/24", "blind3": "7/20"}
 """Each blind set's result when it was first scanned, before any rule changed for it (the only unbiased
 figures: every later figure is after tuning on that set)."""
-_CORPUS_KEYS = {
-    "id",
-    "attack_class",
-    "payload_location",
-    "source",
-    "notes",
-    "payload_in_description",
-    "extra_fields",
-    "server",
-}
 TARGET_MS = 50.0
 
 
-def tool_of(row: dict[str, Any]) -> dict[str, Any]:
-    tool = {key: value for key, value in row.items() if key not in _CORPUS_KEYS}
-    tool.update(row.get("extra_fields") or {})
-    return tool
-
-
 def detection(path: Path) -> tuple[list[list[Any]], int, int]:
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    found: Counter[str] = Counter()
-    total: Counter[str] = Counter()
-    missed: dict[str, list[str]] = {}
-    for row in rows:
-        total[row["attack_class"]] += 1
-        if scan_tool(tool_of(row)):
-            found[row["attack_class"]] += 1
-        else:
-            missed.setdefault(row["attack_class"], []).append(row["id"])
+    rows = load(path)
+    table, missed = corpus_detection(rows)
     lines = [
         [
             kind,
-            f"{found[kind]}/{total[kind]}",
-            f"{found[kind] / total[kind]:.0%}",
+            f"{found}/{total}",
+            f"{found / total:.0%}",
             ", ".join(missed.get(kind, [])) or "-",
         ]
-        for kind in sorted(total)
+        for kind, (found, total) in table.items()
     ]
-    return lines, sum(found.values()), len(rows)
+    return lines, sum(found for found, _ in table.values()), len(rows)
 
 
 def main() -> int:

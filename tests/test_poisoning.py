@@ -9,8 +9,6 @@ false positive, and there must be none. The detection table by attack class, wit
 
 from __future__ import annotations
 
-import json
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -19,42 +17,9 @@ import pytest
 from orchestrator.protocols.mcp._catalog import read_snapshot
 from orchestrator.protocols.mcp._poisoning import FINDING_KINDS, Finding, scan_tool, scan_tools
 
+from .poisoning_corpus import detection, load, tool_of
+
 OWN_SETS = Path(__file__).parent / "data" / "poisoning"
-_CORPUS_KEYS = {
-    "id",
-    "attack_class",
-    "payload_location",
-    "source",
-    "notes",
-    "payload_in_description",
-    "extra_fields",
-    "server",
-}
-
-
-def load(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def tool_of(row: dict[str, Any]) -> dict[str, Any]:
-    """The tool as a server would list it: every key but the corpus's own, extra top-level keys included."""
-    tool = {key: value for key, value in row.items() if key not in _CORPUS_KEYS}
-    tool.update(row.get("extra_fields") or {})
-    return tool
-
-
-def detection(rows: list[dict[str, Any]]) -> tuple[dict[str, tuple[int, int]], dict[str, list[str]]]:
-    """(found, total) per attack class, and the ids missed per class."""
-    found: Counter[str] = Counter()
-    total: Counter[str] = Counter()
-    missed: dict[str, list[str]] = {}
-    for row in rows:
-        total[row["attack_class"]] += 1
-        if scan_tool(tool_of(row)):
-            found[row["attack_class"]] += 1
-        else:
-            missed.setdefault(row["attack_class"], []).append(row["id"])
-    return {kind: (found[kind], total[kind]) for kind in sorted(total)}, missed
 
 
 def show(title: str, table: dict[str, tuple[int, int]], missed: dict[str, list[str]]) -> int:

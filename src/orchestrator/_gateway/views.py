@@ -13,26 +13,24 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import mcp.types as types
 from mcp import Client
 from mcp.server.session import ServerSession
-from mcp.shared.dispatcher import ProgressFnT
 
 from .._accounting import SessionRecorder
 from .._clients import ClientKind, name_budget, session_rules
 from .._config import Settings
 from .._errors import ConfigError
 from .._formats import ClientNames
-from .._meta_tools import MetaTools
+from .._meta_tools import MetaTools, ToolRouter
 from .._planning import ProfileFilter, SpawnPlan, SpawnPlanner, effective_tool_search, matches_any
 from .._telemetry import Telemetry
 from ..protocols.mcp._catalog import ToolCatalog
 from ..protocols.mcp._normalization import MIN_NAME_LENGTH, hashed_name
 from ..protocols.mcp._pins import HeldTool
 from ..protocols.mcp._schemas import SchemaLimits
-from ..protocols.mcp._session import LogSink
 from ..protocols.mcp._status import ServerStatus
 from ..search._embedding import EmbeddingRuntime
 from ..search._engine import ToolSearchEngine
@@ -47,8 +45,9 @@ None for the gateway's own endpoint; the handlers read it (`handlers.py`)."""
 T = TypeVar("T")
 
 
-class Upstream(Protocol):
-    """What the gateway needs from the manager of the upstream servers (`MCPManager` satisfies it)."""
+class Upstream(ToolRouter, Protocol):
+    """What the gateway needs from the manager of the upstream servers (`MCPManager` satisfies it): calls
+    as `ToolRouter` routes them, and the rest below."""
 
     @property
     def schema_limits(self) -> SchemaLimits: ...
@@ -62,20 +61,7 @@ class Upstream(Protocol):
 
     def held_tools(self, server: str | None = None) -> list[HeldTool]: ...
 
-    def is_ready(self, server: str) -> bool: ...
-
     def add_listener(self, callback: Callable[[int], Awaitable[None] | None]) -> Callable[[], None]: ...
-
-    async def call_tool(
-        self,
-        server: str,
-        tool: str,
-        arguments: dict[str, Any] | None,
-        *,
-        progress_callback: ProgressFnT | None = None,
-        meta: dict[str, Any] | None = None,
-        on_log: LogSink | None = None,
-    ) -> types.CallToolResult: ...
 
     async def request(self, server: str, what: str, func: Callable[[Client], Awaitable[T]]) -> T: ...
 
