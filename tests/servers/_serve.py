@@ -12,7 +12,7 @@ import socket
 import sys
 from typing import Any
 
-__all__ = ["add_transport_args", "serve"]
+__all__ = ["add_transport_args", "serve", "serve_legacy"]
 
 
 def add_transport_args(parser: argparse.ArgumentParser) -> None:
@@ -41,3 +41,21 @@ def serve(server: Any, args: argparse.Namespace) -> None:
     sys.stdout.flush()
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     anyio.run(uvicorn.Server(config).serve, [sock])
+
+
+def serve_legacy(server: Any) -> None:
+    """Serve `server` over stdio in the handshake era only (as 1.x servers and the TypeScript SDK's do), so
+    a changed tool list arrives as `notifications/tools/list_changed`."""
+    import anyio
+    from mcp.server.lowlevel import NotificationOptions
+    from mcp.server.runner import serve_loop
+    from mcp.server.stdio import stdio_server
+
+    lowlevel = server._lowlevel_server  # test-only: MCPServer has no public handshake-only runner
+    options = lowlevel.create_initialization_options(NotificationOptions(tools_changed=True))
+
+    async def run() -> None:
+        async with stdio_server() as (read_stream, write_stream), lowlevel.lifespan(lowlevel) as state:
+            await serve_loop(lowlevel, read_stream, write_stream, lifespan_state=state, init_options=options)
+
+    anyio.run(run)

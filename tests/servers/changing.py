@@ -11,13 +11,14 @@ Tools: `add_tool(name)` registers a new tool `name` (answering "I am <name>") an
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
-import anyio
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _serve import serve_legacy
 from mcp.server import MCPServer
-from mcp.server.lowlevel import NotificationOptions
 from mcp.server.mcpserver.context import Context
-from mcp.server.runner import serve_loop
-from mcp.server.stdio import stdio_server
 
 
 def build(legacy: bool) -> MCPServer:
@@ -51,21 +52,13 @@ def build(legacy: bool) -> MCPServer:
     return server
 
 
-async def _serve_legacy(server: MCPServer) -> None:
-    """Serve only the handshake era (as 1.x servers and the TypeScript SDK's do)."""
-    lowlevel = server._lowlevel_server  # test-only: MCPServer has no public handshake-only runner
-    options = lowlevel.create_initialization_options(NotificationOptions(tools_changed=True))
-    async with stdio_server() as (read_stream, write_stream), lowlevel.lifespan(lowlevel) as state:
-        await serve_loop(lowlevel, read_stream, write_stream, lifespan_state=state, init_options=options)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--legacy", action="store_true")
     args = parser.parse_args()
     server = build(args.legacy)
     if args.legacy:
-        anyio.run(_serve_legacy, server)
+        serve_legacy(server)
     else:
         server.run()
 

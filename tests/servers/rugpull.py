@@ -20,13 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import anyio
-from _serve import add_transport_args, serve
+from _serve import add_transport_args, serve, serve_legacy
 from mcp.server import MCPServer
-from mcp.server.lowlevel import NotificationOptions
 from mcp.server.mcpserver.context import Context
-from mcp.server.runner import serve_loop
-from mcp.server.stdio import stdio_server
 
 WEATHER = "Current weather for a city."
 POISONED = (
@@ -72,14 +68,6 @@ def build(legacy: bool, hostile_text: bool, pulled: bool = False) -> MCPServer:
     return server
 
 
-async def _serve_legacy(server: MCPServer) -> None:
-    """Serve only the handshake era (as 1.x servers do), so the change arrives as list_changed."""
-    lowlevel = server._lowlevel_server  # test-only: MCPServer has no public handshake-only runner
-    options = lowlevel.create_initialization_options(NotificationOptions(tools_changed=True))
-    async with stdio_server() as (read_stream, write_stream), lowlevel.lifespan(lowlevel) as state:
-        await serve_loop(lowlevel, read_stream, write_stream, lifespan_state=state, init_options=options)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     add_transport_args(parser)
@@ -89,7 +77,7 @@ def main() -> None:
     args = parser.parse_args()
     server = build(args.legacy, args.hostile_text, bool(args.pulled_if) and Path(args.pulled_if).exists())
     if args.legacy:
-        anyio.run(_serve_legacy, server)
+        serve_legacy(server)
     else:
         serve(server, args)
 
