@@ -3,8 +3,9 @@
     TraceEvidence(load, settings)   what the engine asks (`current(catalog, index, vectors=...)`): the
                                     traces every replica recorded (`orchestrator._traces`), re-read every
                                     `refresh_s`, built into evidence once per catalog version
-    LearnedEvidence                 one catalog version's evidence: `lexical(...)` and `hybrid(...)` add it
-                                    in the engine's one ranking place (`ToolSearchEngine._scores`)
+    LearnedEvidence                 one catalog version's evidence: `lexical(...)`, `hybrid(...)` and
+                                    `hybrid_with_vectors(...)` (which makes the blend itself) add it in the
+                                    engine's one ranking place (`ToolSearchEngine._scores`)
 
 What counts, for a tool that `min_spawns` distinct spawns called (each spawn once, its latest request):
 
