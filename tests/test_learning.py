@@ -188,6 +188,23 @@ def test_hybrid_without_traces_or_with_one_spawns_flood_scores_exactly_as_withou
             assert np.array_equal(a, b) and np.array_equal(ca, cb), query
 
 
+def test_warming_embeds_only_requests_a_build_can_use(runtime: EmbeddingRuntime) -> None:
+    """Successful calls of a tool name that min_spawns spawns called, on any server (a build counts an
+    entry's servers together); one spawn's flood and failed calls are never embedded."""
+    flood = [Trace(f"{REQUEST} {i}", "ledger", "post_entry", "one", NOW - i) for i in range(5)]
+    taught = [
+        Trace("closing the books for this month", "ledger", "trial_balance", "a", NOW),
+        Trace("we close the books at quarter end", "ledger-replica", "trial_balance", "b", NOW),
+    ]
+    failed = [Trace("a trial balance that failed", "ledger", "trial_balance", "c", NOW, ok=False)]
+    source = evidence(flood + taught + failed, lambda: trace_vectors(runtime))
+    assert source.warm()
+    requests = trace_vectors(runtime)
+    assert requests.cached(requests.keys([trace.query for trace in taught]))[0] is not None
+    for trace in [*flood, *failed]:
+        assert requests.cached(requests.keys([trace.query]))[0] is None, trace.query
+
+
 def test_hybrid_learns_a_paraphrase_from_two_spawns(catalog: ToolCatalog, runtime: EmbeddingRuntime) -> None:
     request = "I am closing the books for the quarter"
     taught = [

@@ -363,14 +363,23 @@ class TraceEvidence:
                 self._generation += 1
 
     def warm(self, timeout: float | None = None) -> bool:
-        """Read the traces and embed every request now, waiting up to `timeout` seconds (None:
-        as long as it takes); True when every one is embedded (benchmarks, `eval --traces`, a warm-up)."""
+        """Read the traces and embed now every request a build can use, waiting up to `timeout` seconds
+        (None: as long as it takes); True when every one is embedded (benchmarks, `eval --traces`).
+
+        That is each successful call's request for a tool name that `min_spawns` distinct spawns called,
+        on any server: a build counts the servers of one entry together, so this is all it may ask for,
+        and one spawn's flood of requests is never embedded."""
         self.refresh()
         if self._vectors is None:
             return True
         try:
             vectors = self._vectors()
-            texts = list(dict.fromkeys(trace.query for trace in self._traces or ()))
+            called = [trace for trace in self._traces or () if trace.ok]
+            spawns: dict[str, set[str]] = {}
+            for trace in called:
+                spawns.setdefault(trace.tool, set()).add(trace.spawn)
+            least = self.settings.min_spawns
+            texts = list(dict.fromkeys(trace.query for trace in called if len(spawns[trace.tool]) >= least))
             keys = vectors.keys(texts)
             missing = {key: text for key, text in zip(keys, texts, strict=True) if vectors.cached([key])[0] is None}
             if missing:
