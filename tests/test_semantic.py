@@ -622,6 +622,34 @@ def test_the_index_scores_every_row_against_the_querys_best_sentence(
     assert index.nbytes == len(rows) * (DIMENSION + 4 + 32 + 8 if compact else 4 * DIMENSION)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_a_version_mapped_by_position_is_the_version_mapped_by_key(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """`moved` (each key's position in the previous version, as a catalog update knows it) gives the same
+    index as looking every key up: the same shards kept, the same vector for every tool."""
+    monkeypatch.setattr(index_module, "COMPACT_ABOVE", 0)
+    monkeypatch.setattr(index_module, "SHARD_TOOLS", 8)
+    rng = np.random.default_rng(seed)
+    rows = _unit_rows(60, seed=seed)
+    keys = [i.to_bytes(32, "big") for i in range(60)]
+    reads = _Reads(dict(zip(keys, rows, strict=True)))
+    first, _ = VectorIndex.build(keys[:40], reads)
+    assert first is not None
+    # Some tools gone (a whole shard's worth in some seeds), the rest shuffled, a few new texts.
+    kept = [int(i) for i in rng.permutation(40) if not (seed % 2 and i < 8) and rng.random() > 0.1]
+    new = [int(i) for i in rng.choice(range(40, 60), size=int(rng.integers(0, 6)), replace=False)]
+    order = [*kept, *new]
+    rng.shuffle(order)
+    changed = [keys[i] for i in order]
+    moved = np.array([i if i < 40 else -1 for i in order], dtype=np.intp)
+    by_key, missing = VectorIndex.build(changed, reads, (keys[:40], first))
+    by_position, missing_too = VectorIndex.build(changed, reads, (keys[:40], first), moved)
+    assert missing == missing_too == [] and by_key is not None and by_position is not None
+    assert [id(shard) for shard in by_position.shards[:-1]] == [id(shard) for shard in by_key.shards[:-1]]
+    query = _unit_rows(2, seed=seed + 100)
+    np.testing.assert_array_equal(by_position.cosines(query), by_key.cosines(query))
+    np.testing.assert_allclose(by_position.cosines(query), (rows[order] @ query.T).max(axis=1), atol=2e-3)
+
+
 def test_a_new_catalog_version_reads_only_the_vectors_of_new_texts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(index_module, "COMPACT_ABOVE", 0)
     monkeypatch.setattr(index_module, "SHARD_TOOLS", 4)

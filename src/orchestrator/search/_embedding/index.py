@@ -130,10 +130,12 @@ class VectorIndex:
         keys: Sequence[bytes],
         read: Callable[[Sequence[bytes]], tuple[NDArray[np.float32], NDArray[np.intp]]],
         previous: tuple[Sequence[bytes], VectorIndex] | None = None,
+        moved: NDArray[np.intp] | None = None,
     ) -> tuple[VectorIndex | None, list[int]]:
         """The index of `keys`: vectors of unchanged keys taken from `previous` (its keys and index, when
         stored alike), the others from `read` (vectors among the keys asked, and their positions),
-        BUILD_CHUNK at a time.
+        BUILD_CHUNK at a time. `moved`, when known: per key, the position of the same key among the previous
+        keys, or -1 (a catalog version that kept most tools: no key is looked up).
 
         Returns:
             (index, []) when every key has a vector; (None, positions of the keys without one) otherwise.
@@ -141,7 +143,9 @@ class VectorIndex:
         old = previous[1] if previous is not None else None
         if len(keys) <= COMPACT_ABOVE:
             return cls._build_rows(keys, read, previous if old is not None and not old.compact else None)
-        return cls._build_shards(keys, read, old.shards if old is not None and old.compact else [])
+        if old is None or not old.compact:
+            return cls._build_shards(keys, read, [], np.full(len(keys), -1, np.intp))
+        return cls._build_shards(keys, read, old.shards, old._places(keys, previous[0] if previous else (), moved))
 
     @classmethod
     def _build_rows(
@@ -162,23 +166,44 @@ class VectorIndex:
         missing = _read_into(keys, todo, read, lambda positions, vectors: rows.__setitem__(positions, vectors))
         return (None, missing) if missing else (cls(rows), [])
 
+    def _places(
+        self, keys: Sequence[bytes], previous: Sequence[bytes], moved: NDArray[np.intp] | None
+    ) -> NDArray[np.intp]:
+        """Per key, its column among this index's shards' columns (-1: not there): through `moved` (positions
+        among `previous`, this index's keys) when given, else by key."""
+        if moved is not None:
+            places = np.full(len(keys), -1, np.intp)
+            kept = moved >= 0
+            places[kept] = self.slots[moved[kept]]
+            return places
+        where: dict[bytes, int] = {}
+        for offset, shard in zip(self._offsets().tolist(), self.shards, strict=False):
+            where.update((key, offset + column) for column, key in enumerate(shard.keys.tolist()))
+        return np.fromiter((where.get(key, -1) for key in keys), np.intp, len(keys))
+
+    def _offsets(self) -> NDArray[np.intp]:
+        """The first column of each shard, and the number of columns after the last."""
+        return np.concatenate([[0], np.cumsum([shard.size for shard in self.shards])]).astype(np.intp)
+
     @classmethod
     def _build_shards(
         cls,
         keys: Sequence[bytes],
         read: Callable[[Sequence[bytes]], tuple[NDArray[np.float32], NDArray[np.intp]]],
         previous: list[_Shard],
+        places: NDArray[np.intp],
     ) -> tuple[VectorIndex | None, list[int]]:
-        where: dict[bytes, tuple[int, int]] = {}
-        for number, shard in enumerate(previous):
-            where.update((key, (number, column)) for column, key in enumerate(shard.keys.tolist()))
-        kept = [where.get(key) for key in keys]
-        used = sorted({place[0] for place in kept if place is not None})
-        fresh = sum(place is None for place in kept)
-        unused = sum(previous[number].size for number in used) - (len(keys) - fresh)
+        """`places`: per key, its column among `previous`'s columns, or -1 for a vector to read."""
+        sizes = np.array([shard.size for shard in previous], dtype=np.intp)
+        kept = places >= 0
+        number = np.searchsorted(np.cumsum(sizes), places[kept], side="right")  # the shard of each kept key
+        used = np.unique(number)
+        fresh = int(len(keys) - kept.sum())
+        unused = int(sizes[used].sum()) - (len(keys) - fresh)
         if len(used) + -(-fresh // SHARD_TOOLS) > MAX_SHARDS or unused > len(keys) * UNUSED_SHARE:
-            used, kept = [], [None] * len(keys)  # rebuilt from the store: fewer, fuller shards
-        todo = np.array([position for position, place in enumerate(kept) if place is None], dtype=np.intp)
+            used, kept = used[:0], np.zeros(len(keys), bool)  # rebuilt from the store: fewer, fuller shards
+            number = number[:0]
+        todo = np.flatnonzero(~kept)
         codes = np.empty((DIMENSION, len(todo)), np.uint8)
         scales = np.empty(len(todo), np.float32)
         column_of = np.empty(len(keys), np.intp)
@@ -192,13 +217,14 @@ class VectorIndex:
         missing = _read_into(keys, todo, read, take)
         if missing:
             return None, missing
-        shards = [previous[number] for number in used]
-        offsets = dict(zip(used, np.cumsum([0, *(shard.size for shard in shards)]).tolist(), strict=False))
+        shards = [previous[at] for at in used.tolist()]
+        # A kept shard's columns move by the columns of the unused shards before it.
+        shift = np.zeros(len(previous), np.intp)
+        if used.size:
+            shift[used] = np.cumsum(sizes[used]) - sizes[used] - (np.cumsum(sizes) - sizes)[used]
         slots = np.empty(len(keys), np.intp)
-        for position, place in enumerate(kept):
-            if place is not None:
-                slots[position] = offsets[place[0]] + place[1]
-        start = sum(shard.size for shard in shards)
+        slots[kept] = places[kept] + shift[number]
+        start = int(sizes[used].sum())
         slots[todo] = start + np.arange(len(todo))
         new_keys = np.frombuffer(b"".join(keys[position] for position in todo.tolist()), _KEY)
         for first in range(0, len(todo), SHARD_TOOLS):
