@@ -375,9 +375,9 @@ def test_one_servers_new_tool_is_embedded_inside_the_next_search_and_the_index_b
     builds: list[int] = []
     build = embedding.index.VectorIndex.build.__func__  # type: ignore[attr-defined]
 
-    def counted(cls: type, keys: Any, read: Any, previous: Any = None) -> Any:
+    def counted(cls: type, keys: Any, *args: Any) -> Any:
         builds.append(len(keys))
-        return build(cls, keys, read, previous)
+        return build(cls, keys, *args)
 
     monkeypatch.setattr(embedding.index.VectorIndex, "build", classmethod(counted))
     embedded = loaded.vectors().texts_embedded
