@@ -2,7 +2,7 @@
 
 A hybrid search is a few large numpy and onnxruntime calls, which release the GIL: the query's two models
 run side by side (`SemanticScorer.embed_query`), and the evidence's vote over earlier requests runs while
-the blend is redone (`LearnedEvidence.hybrid`).
+the blend is made (`LearnedEvidence.hybrid_with_vectors`).
 
     later = Background(work)      starts work() on a pool thread (inline once the pool refuses work)
     later.result()                waits for it; its exception is raised here

@@ -556,9 +556,10 @@ def _file(doc: _Doc, pos: int) -> Hit | None:
     low = doc.low
     if _SENSITIVE_PATH.search(low, max(0, pos - 16), pos + 24) is None:
         return None
-    start, end = doc.sentence(pos)
-    if not doc.first_time("file", start):
+    bounds = _sentence_once(doc, "file", pos)
+    if bounds is None:
         return None
+    start, end = bounds
     if _FILE_ORDER.search(low, start, end):
         return doc.hit("secret-access", start, end)
     if _TO_THE_MODEL.search(low, start, end) and not _PROTECTIVE.search(low, start, end) and not doc.identifiers:

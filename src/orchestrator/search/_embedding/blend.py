@@ -56,9 +56,9 @@ class _CatalogVectors:
         self.keys: list[bytes] | None = None
         self.previous_keys: list[bytes] | None = None
         """The previous version's keys, by its positions, until this version's are made."""
-        self.moved: tuple[list[bytes], np.ndarray] | None = None
-        """(the previous version's keys, `reused` as an array) until this version's index is built: a build
-        over that version's index maps kept tools by position instead of looking up their keys."""
+        self.reused_from: list[bytes] | None = None
+        """The keys of the version `reused` points into, until this version's index is built: a build over
+        that version's index maps kept tools by position instead of looking up their keys."""
         self.index: VectorIndex | None = None
         self.requested = False
         """Uncached texts were handed to the background thread."""
@@ -181,7 +181,7 @@ class HybridBlend:
                     before[at] if at >= 0 else vectors.keys([text])[0]
                     for at, text in zip(state.reused, state.texts, strict=True)
                 ]
-                state.moved = (before, np.asarray(state.reused, dtype=np.intp))
+                state.reused_from = before
             state.previous_keys = None
         return state.keys
 
@@ -209,11 +209,13 @@ class HybridBlend:
         """Set `state.index` from the cache when every text has a vector; else the positions missing.
         Hold `state.lock`."""
         keys = self._keys(vectors, state)
-        built, moved = self._built, state.moved
-        by_position = moved[1] if built is not None and moved is not None and built[0] is moved[0] else None
+        built = self._built
+        by_position = None
+        if built is not None and state.reused is not None and built[0] is state.reused_from:
+            by_position = np.asarray(state.reused, dtype=np.intp)
         index, missing = VectorIndex.build(keys, vectors.read, built, by_position)
         if index is not None:
-            state.index, state.moved = index, None
+            state.index, state.reused_from = index, None
             self._built = (keys, index)
         return missing
 
