@@ -19,6 +19,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "deploy" / "prometheus" / "orchestrator-rules.yml"
 RULES_TESTS = REPO / "deploy" / "prometheus" / "orchestrator-rules.test.yml"
+HOURS_TESTS = REPO / "deploy" / "prometheus" / "orchestrator-rules-hours.test.yml"
+"""The groups spanning hours, evaluated every 5 minutes instead of every minute (promtool's cost)."""
 DASHBOARD = REPO / "deploy" / "grafana" / "orchestrator-dashboard.json"
 METRICS_DOC = REPO / "docs" / "metrics.md"
 PROMTOOL = shutil.which("promtool")
@@ -111,9 +113,9 @@ def test_rules_file_passes_promtool_check() -> None:
 
 @needs_promtool
 def test_rules_unit_tests_pass_in_promtool() -> None:
-    result = _promtool("test", "rules", RULES_TESTS.name, cwd=RULES_TESTS.parent)
+    result = _promtool("test", "rules", RULES_TESTS.name, HOURS_TESTS.name, cwd=RULES_TESTS.parent)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS" in result.stdout
+    assert result.stdout.count("SUCCESS") == 2, result.stdout
 
 
 @needs_promtool
@@ -148,6 +150,19 @@ def test_promtool_unit_tests_fail_when_a_rule_is_wrong(tmp_path: Path) -> None:
     assert "OrchestratorToolSearchMissRateHigh" in result.stdout + result.stderr
 
 
+@needs_promtool
+def test_the_tests_spanning_hours_fail_when_their_rule_is_wrong(tmp_path: Path) -> None:
+    """The hours file can fail too: a 50-point margin must not let the 90 % -> 50 % top-5 fall alert."""
+    text = RULES.read_text(encoding="utf-8")
+    right = "job:mcp_tool_search_call_top5_ratio:rate1h < job:mcp_tool_search_call_top5_ratio:rate6h - 0.1"
+    assert right in text
+    (tmp_path / RULES.name).write_text(text.replace(right, right.replace("- 0.1", "- 0.5")))
+    shutil.copy(HOURS_TESTS, tmp_path / HOURS_TESTS.name)
+    result = _promtool("test", "rules", HOURS_TESTS.name, cwd=tmp_path)
+    assert result.returncode != 0
+    assert "OrchestratorToolSearchTop5ShareFalling" in result.stdout + result.stderr
+
+
 def test_every_alert_has_a_hold_time_a_severity_and_both_annotations() -> None:
     alerts = [rule for rule in load_rules() if "alert" in rule]
     assert {rule["alert"] for rule in alerts} == {
@@ -167,7 +182,11 @@ def test_every_alert_has_a_hold_time_a_severity_and_both_annotations() -> None:
 
 
 def test_every_rule_is_exercised_by_the_unit_tests() -> None:
-    tests = yaml.safe_load(RULES_TESTS.read_text(encoding="utf-8"))["tests"]
+    tests = [
+        test
+        for path in (RULES_TESTS, HOURS_TESTS)
+        for test in yaml.safe_load(path.read_text(encoding="utf-8"))["tests"]
+    ]
     checked_exprs = " ".join(case["expr"] for test in tests for case in test.get("promql_expr_test", []))
     checked_alerts = {case["alertname"] for test in tests for case in test.get("alert_rule_test", [])}
     fired = {case["alertname"] for test in tests for case in test.get("alert_rule_test", []) if case["exp_alerts"]}
