@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._normalization import one_line, qualified_name
-from ._poisoning import Finding, scan_tools
 
 if TYPE_CHECKING:
     from ..._config import ServerConfig
     from ..._store import Store
     from ..._telemetry import Telemetry
+    from ._poisoning import Finding
 
 __all__ = ["PINNED_FIELDS", "HeldKind", "HeldTool", "PinBook", "ToolGuard", "definition_of", "tool_digest"]
 
@@ -195,7 +195,7 @@ class ToolGuard:
         first = record is None
         pins: dict[str, Any] = {} if record is None else record["tools"]
         digests = [tool_digest(tool) for tool in tools]
-        findings = scan_tools(tools) if _needs_scan(tools, digests, pins) else [() for _ in tools]
+        findings = _scan(tools) if _needs_scan(tools, digests, pins) else [() for _ in tools]
         offered: list[dict[str, Any]] = []
         held: list[HeldTool] = []
         accepted: list[tuple[Mapping[str, Any], str]] = []
@@ -338,6 +338,14 @@ def _needs_scan(tools: Sequence[Mapping[str, Any]], digests: Sequence[str], pins
         if pin is None or pin.get("by") in (HELD_BY, "on_flag: accept") or pin.get("digest") != digest:
             return True
     return False
+
+
+def _scan(tools: Sequence[Mapping[str, Any]]) -> list[tuple[Finding, ...]]:
+    """The detector's findings; imported on first use, because compiling its rules costs about 0.2 s of CPU
+    that a process whose listings all match their pins (a gateway's warm start) never needs."""
+    from ._poisoning import scan_tools
+
+    return scan_tools(tools)
 
 
 def _key(server: str) -> str:
