@@ -317,7 +317,7 @@ def hybrid_speed(texts: list[str]) -> list[tuple[str, bool]]:
     started = time.perf_counter()
     ready = hybrid.warm() and hybrid.ranking_used == "hybrid"
     if not ready:
-        raise SystemExit("hybrid ranking is not available: pip install 'orchestrator[semantic]' (see the log)")
+        raise SystemExit("hybrid ranking is not available: the log says why (its models ship in the base install)")
     print(
         f"{len(catalog):,} tools' vectors ready in {time.perf_counter() - started:.1f} s (cached in {embeddings.cache_dir}); ready={ready}"
     )
