@@ -118,6 +118,24 @@ def test_config_show_to_a_pipe_loads_no_heavy_package_and_no_rich(config: Path) 
     assert not packages & (HEAVY | {"rich"})
 
 
+def test_what_serve_imports_loads_neither_pyjwt_nor_the_detectors_rules(tmp_path: Path) -> None:
+    """A stdio `serve` whose listings match their pins mints no credential and scans nothing: PyJWT and
+    the detector's rules (about 0.3 s of CPU together) are imported when first used."""
+    modules = ("orchestrator._cli.spawn", "orchestrator._gateway.server", "orchestrator.protocols.mcp._manager")
+    done = subprocess.run(
+        [sys.executable, "-c", f"import json, sys, {', '.join(modules)}; print(json.dumps(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=RUN_TIMEOUT_S,
+        check=True,
+    )
+    loaded = set(json.loads(done.stdout))
+    assert set(modules) <= loaded
+    assert "jwt" not in loaded
+    assert "orchestrator.protocols.mcp._poisoning_rules" not in loaded
+
+
 @pytest.mark.parametrize(
     ("header", "rows"),
     [

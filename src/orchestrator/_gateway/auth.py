@@ -27,10 +27,9 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-
-import jwt
 
 from .._config import MIN_SIGNING_KEY_CHARS, MCPSettings
 from .._errors import ConfigError, OrchestratorError
@@ -66,6 +65,14 @@ PROOF_LABEL = b"orchestrator gateway proof v1\x00"
 """Domain separation: a proof is an HMAC of this label and the client's nonce, useful for nothing else."""
 RUNTIME_FOLDER = "orchestrator"
 MAX_RUNTIME_FILE_BYTES = 4096
+
+
+def _jwt() -> ModuleType:
+    """PyJWT, imported on the first credential minted or checked: about 50 ms of CPU (it loads cryptography's
+    algorithms) that `serve --transport stdio` and the other CLI commands, which mint none, never need."""
+    import jwt
+
+    return jwt
 
 
 class CredentialError(OrchestratorError):
@@ -163,7 +170,7 @@ class Credentials:
             "exp": expires,
             "aud": AUDIENCE,
         }
-        token = jwt.encode(payload, self._key, algorithm=ALGORITHM)
+        token = _jwt().encode(payload, self._key, algorithm=ALGORITHM)
         return token, SpawnClaims(spawn_id, agent, task_id, tuple(pins), float(now), float(expires))
 
     def verify(self, token: str, spawn_id: str) -> SpawnClaims:
@@ -174,6 +181,7 @@ class Credentials:
         """
         if not token:
             raise CredentialError("missing bearer token (Authorization: Bearer <spawn token>)")
+        jwt = _jwt()
         try:
             claims = jwt.decode(
                 token,
