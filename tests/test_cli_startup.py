@@ -97,10 +97,10 @@ def test_importing_the_cli_loads_neither_heavy_packages_nor_rich_nor_the_setting
     assert "orchestrator._config" not in json.loads(done.stdout)
 
 
-def test_help_loads_no_heavy_package_and_not_the_settings(tmp_path: Path) -> None:
+def test_help_loads_no_heavy_package_nor_the_settings_nor_rich(tmp_path: Path) -> None:
     packages, out = loaded_packages("--help", cwd=tmp_path)
     assert "config" in out and "spawn" in out and "metrics" in out  # every command is still listed
-    assert not packages & (HEAVY | {"pydantic_settings"})
+    assert not packages & (HEAVY | {"pydantic_settings", "rich", "markdown_it", "pygments"})
 
 
 def test_config_check_loads_no_heavy_package_and_no_rich(config: Path) -> None:
