@@ -15,7 +15,7 @@ UV := $(BIN)/uv
 # python3 has no pip, the venv's own pip after all.
 $(UV):
 	$(PYTHON) -m venv --without-pip $(VENV)
-	$(PYTHON) -m pip --python $(BIN)/python install --quiet uv || \
+	$(PYTHON) -m pip --python $(BIN)/python install --quiet uv 2> /dev/null || \
 	    { $(BIN)/python -m ensurepip --default-pip > /dev/null && $(BIN)/python -m pip install --quiet uv; }
 
 $(STAMP_DEMO): $(UV) pyproject.toml
