@@ -118,10 +118,21 @@ def test_rules_unit_tests_pass_in_promtool() -> None:
     assert result.stdout.count("SUCCESS") == 2, result.stdout
 
 
+def _unit_tests_with_a_wrong_rule(tmp_path: Path, right: str, wrong: str, tests: Path) -> str:
+    """What promtool prints for `tests` run against the rules file with `right` replaced by `wrong`, after
+    checking that it failed."""
+    text = RULES.read_text(encoding="utf-8")
+    assert right in text
+    (tmp_path / RULES.name).write_text(text.replace(right, wrong))
+    shutil.copy(tests, tmp_path / tests.name)
+    result = _promtool("test", "rules", tests.name, cwd=tmp_path)
+    assert result.returncode != 0
+    return result.stdout + result.stderr
+
+
 @needs_promtool
 def test_promtool_unit_tests_fail_when_saved_tokens_lose_their_sign(tmp_path: Path) -> None:
     """The session tests can fail too: saved tokens as sent - counterfactual would alert on the wrong mode."""
-    text = RULES.read_text(encoding="utf-8")
     right = (
         "sum by (job, agent, mode) (increase(orchestrator_session_tokens_counterfactual_sum[1h]))\n"
         "            - sum by (job, agent, mode) (increase(orchestrator_session_tokens_sent_sum[1h]))"
@@ -130,37 +141,25 @@ def test_promtool_unit_tests_fail_when_saved_tokens_lose_their_sign(tmp_path: Pa
         "sum by (job, agent, mode) (increase(orchestrator_session_tokens_sent_sum[1h]))\n"
         "            - sum by (job, agent, mode) (increase(orchestrator_session_tokens_counterfactual_sum[1h]))"
     )
-    assert right in text
-    (tmp_path / RULES.name).write_text(text.replace(right, swapped))
-    shutil.copy(RULES_TESTS, tmp_path / RULES_TESTS.name)
-    result = _promtool("test", "rules", RULES_TESTS.name, cwd=tmp_path)
-    assert result.returncode != 0
-    assert "OrchestratorToolModeCostsMore" in result.stdout + result.stderr
+    assert "OrchestratorToolModeCostsMore" in _unit_tests_with_a_wrong_rule(tmp_path, right, swapped, RULES_TESTS)
 
 
 @needs_promtool
 def test_promtool_unit_tests_fail_when_a_rule_is_wrong(tmp_path: Path) -> None:
     """The unit tests can fail: a miss threshold of 0.5 must not let the 40 % miss alert fire."""
-    text = RULES.read_text(encoding="utf-8")
-    assert "job:mcp_tool_search_miss_ratio:rate15m > 0.2" in text
-    (tmp_path / RULES.name).write_text(text.replace("miss_ratio:rate15m > 0.2", "miss_ratio:rate15m > 0.5"))
-    shutil.copy(RULES_TESTS, tmp_path / RULES_TESTS.name)
-    result = _promtool("test", "rules", RULES_TESTS.name, cwd=tmp_path)
-    assert result.returncode != 0
-    assert "OrchestratorToolSearchMissRateHigh" in result.stdout + result.stderr
+    right = "job:mcp_tool_search_miss_ratio:rate15m > 0.2"
+    wrong = "job:mcp_tool_search_miss_ratio:rate15m > 0.5"
+    assert "OrchestratorToolSearchMissRateHigh" in _unit_tests_with_a_wrong_rule(tmp_path, right, wrong, RULES_TESTS)
 
 
 @needs_promtool
 def test_the_tests_spanning_hours_fail_when_their_rule_is_wrong(tmp_path: Path) -> None:
     """The hours file can fail too: a 50-point margin must not let the 90 % -> 50 % top-5 fall alert."""
-    text = RULES.read_text(encoding="utf-8")
     right = "job:mcp_tool_search_call_top5_ratio:rate1h < job:mcp_tool_search_call_top5_ratio:rate6h - 0.1"
-    assert right in text
-    (tmp_path / RULES.name).write_text(text.replace(right, right.replace("- 0.1", "- 0.5")))
-    shutil.copy(HOURS_TESTS, tmp_path / HOURS_TESTS.name)
-    result = _promtool("test", "rules", HOURS_TESTS.name, cwd=tmp_path)
-    assert result.returncode != 0
-    assert "OrchestratorToolSearchTop5ShareFalling" in result.stdout + result.stderr
+    wrong = right.replace("- 0.1", "- 0.5")
+    assert "OrchestratorToolSearchTop5ShareFalling" in _unit_tests_with_a_wrong_rule(
+        tmp_path, right, wrong, HOURS_TESTS
+    )
 
 
 def test_every_alert_has_a_hold_time_a_severity_and_both_annotations() -> None:
