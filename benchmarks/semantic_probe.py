@@ -166,10 +166,10 @@ def report(scored: Scored, weight: float | None, floor: float) -> EvalReport:
             rankings.append(None)
             continue
         if weight is None:
-            top = LexicalIndex.top(lexical, np.flatnonzero(matched), MRR_DEPTH)
+            top = scored.index.top(lexical, np.flatnonzero(matched), MRR_DEPTH)
         else:
             scores = blend(blend_lexical, cosines, weight).astype(np.float64) + NAMED_SERVER_BONUS * named
-            top = LexicalIndex.top(scores, np.flatnonzero(admitted(matched, cosines, floor)), MRR_DEPTH)
+            top = scored.index.top(scores, np.flatnonzero(admitted(matched, cosines, floor)), MRR_DEPTH)
         rankings.append([names[doc] for doc, _ in top])
     return evaluate_rankings(scored.catalog, scored.queries, rankings, K)
 
@@ -275,7 +275,7 @@ def main() -> int:
         scores, candidates = real_index.scores(real_index.query_terms(query))
         mask = np.zeros(len(real), dtype=bool)
         mask[candidates] = True
-        top = LexicalIndex.top(
+        top = real_index.top(
             blend(scores, cosines, weight).astype(np.float64), np.flatnonzero(admitted(mask, cosines, floor)), K
         )
         got = [tools[doc] for doc, _ in top]

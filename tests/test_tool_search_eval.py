@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
@@ -69,3 +70,17 @@ def test_a_query_file_may_give_each_query_a_style(tmp_path: Path) -> None:
     path.write_text(json.dumps({"id": "1", "query": "add", "gold": [["s", "a"]], "style": 3}) + "\n")
     with pytest.raises(CatalogError, match=r"line 1: .*style must be a string, got int"):
         load_queries(path)
+
+
+def test_the_ablation_grids_default_options_rank_as_the_engine_does(
+    shared_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """benchmarks/retrieval.py --ablations and --cv change one option at a time against its own lexical
+    ranking: with the default options that ranking must be the engine's, or every row is measured from
+    the wrong baseline."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    retrieval = importlib.import_module("retrieval")
+    dev = retrieval.load("mcp-catalogs")
+    ablation = retrieval.options_rankings(retrieval.Options(), dev, {})
+    assert ablation == retrieval.lexical_rankings(dev.catalog, dev.queries)
+    assert sum(ranking is not None and len(ranking) > 0 for ranking in ablation) > len(dev.queries) // 2
