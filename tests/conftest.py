@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import os
 import select
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -118,9 +121,70 @@ def server_script(name: str) -> str:
     return str(path)
 
 
-def stdio_server_config(script: str, *args: str, **overrides: Any) -> ServerConfig:
-    """A stdio `ServerConfig` running a test server with this interpreter, e.g. `("paged.py", "--tools", "30")`."""
-    return ServerConfig(transport="stdio", command=sys.executable, args=[server_script(script), *args], **overrides)
+FORKED_SERVERS = frozenset(("basic.py", "changing.py", "features.py", "paged.py", "rugpull.py", "tasks.py"))
+"""The SDK servers started through the zygote by default (tests/zygote.py): the others import no
+SDK (hanging.py, hostile.py) or are about their own processes (crashy.py, escaping.py, garbage.py)."""
+ZYGOTE_START_TIMEOUT_S = 60.0
+
+
+def server_command(script: str, *args: str, forked: bool | None = None) -> list[str]:
+    """The command that runs a test server: through this worker's zygote for FORKED_SERVERS (a child
+    forked from a process that imported the SDK once; it behaves as the script's own process), or the
+    script under this interpreter. `forked=False` for a test that looks at the server's process tree."""
+    if forked is None:
+        forked = script in FORKED_SERVERS
+    if not forked:
+        return [sys.executable, server_script(script), *args]
+    return [sys.executable, "-I", "-S", str(TESTS_DIR / "forked.py"), _zygote(), server_script(script), *args]
+
+
+def stdio_server_config(script: str, *args: str, forked: bool | None = None, **overrides: Any) -> ServerConfig:
+    """A stdio `ServerConfig` running a test server (`server_command`), e.g. `("paged.py", "--tools", "30")`."""
+    command, *arguments = server_command(script, *args, forked=forked)
+    return ServerConfig(transport="stdio", command=command, args=arguments, **overrides)
+
+
+def server_entry(script: str, *args: str, forked: bool | None = None, **extra: Any) -> dict[str, Any]:
+    """A test server's entry under `servers:` in a bernstein.yaml (`server_command`)."""
+    command, *arguments = server_command(script, *args, forked=forked)
+    return {"command": command, "args": arguments, **extra}
+
+
+_zygote_socket: str | None = None
+
+
+def _zygote() -> str:
+    """The socket of this worker's zygote, started on first use and stopped when the worker exits."""
+    global _zygote_socket
+    if _zygote_socket is None:
+        folder = tempfile.mkdtemp(prefix="zygote-")  # short: a unix socket path has at most 107 bytes
+        path = os.path.join(folder, "servers.sock")
+        process = subprocess.Popen(
+            [sys.executable, str(TESTS_DIR / "zygote.py"), path, str(TEST_SERVERS_DIR / "_serve.py")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert process.stdout is not None
+        readable, _, _ = select.select([process.stdout], [], [], ZYGOTE_START_TIMEOUT_S)
+        if not readable or process.stdout.readline().strip() != "READY":
+            process.kill()
+            raise RuntimeError(f"the test servers' zygote did not start within {ZYGOTE_START_TIMEOUT_S:g} s")
+        atexit.register(_stop_zygote, process, folder)
+        _zygote_socket = path
+    return _zygote_socket
+
+
+def _stop_zygote(process: subprocess.Popen[str], folder: str) -> None:
+    for stream in (process.stdin, process.stdout):
+        if stream is not None:
+            stream.close()  # stdin closed: the zygote ends its children and exits
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -130,7 +194,7 @@ def running_http_server(script: str, *args: str, transport: str = "streamable-ht
     The URL is `http://127.0.0.1:<port>/mcp` (streamable HTTP) or `.../sse` (SSE). The process is
     terminated (then killed) on exit.
     """
-    command = [sys.executable, server_script(script), "--transport", transport, *args]
+    command = server_command(script, "--transport", transport, *args)
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
     try:
         port = _read_port(process, command)

@@ -20,7 +20,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from orchestrator import ToolCatalog, render_tools
 from orchestrator._cli import app
 from orchestrator._tokens import compact_json, count_tokens
 
-from .conftest import server_script
+from .conftest import server_entry
 from .interop.harness import (
     NODE_BIN,
     ORCHESTRATOR,
@@ -50,8 +49,8 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 SPAWNING_DOC = REPO / "docs" / "spawning.md"
 SERVERS = {
-    "basic": {"command": sys.executable, "args": [server_script("basic.py")]},
-    "features": {"command": sys.executable, "args": [server_script("features.py")]},
+    "basic": server_entry("basic.py"),
+    "features": server_entry("features.py"),
 }
 CATALOG_TOOLS = 10
 """basic.py's 5 tools and features.py's 5."""

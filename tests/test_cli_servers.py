@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import yaml
@@ -11,7 +10,7 @@ from typer.testing import CliRunner
 
 from orchestrator._cli import app
 
-from .conftest import server_script
+from .conftest import server_entry
 
 
 def _write_config(tmp_path: Path, servers: dict[str, dict[str, object]]) -> Path:
@@ -21,7 +20,7 @@ def _write_config(tmp_path: Path, servers: dict[str, dict[str, object]]) -> Path
 
 
 def _stdio(script: str, *args: str, **extra: object) -> dict[str, object]:
-    return {"command": sys.executable, "args": [server_script(script), *args], **extra}
+    return server_entry(script, *args, **extra)
 
 
 def test_servers_json_lists_every_server_and_exits_1_when_one_failed(tmp_path: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ from typer.testing import CliRunner
 
 from orchestrator._cli import app
 
-from .conftest import server_script
+from .conftest import server_entry
 from .test_tool_search import TOOLS
 
 
@@ -162,7 +161,7 @@ def test_eval_prints_the_metrics_and_a_miss_is_a_measurement_not_a_failure(
 
 def test_without_a_snapshot_the_tools_come_from_the_configured_servers(tmp_path: Path) -> None:
     path = tmp_path / "live.yaml"
-    server = {"command": sys.executable, "args": [server_script("basic.py")]}
+    server = server_entry("basic.py")
     path.write_text(yaml.safe_dump({"mcp": {"cache_dir": str(tmp_path / "cache"), "servers": {"basic": server}}}))
     code, out, _ = run(path, "tools", "search", "echo", "--json")
     assert code == 0, out

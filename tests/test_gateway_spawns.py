@@ -1,6 +1,6 @@
 """Many short-lived agents through one gateway: real agent processes, real mcp-server-time.
 
-The agents are tests/agents/agent.py processes forked from a pre-imported zygote (tests/agents/zygote.py):
+The agents are tests/agents/agent.py processes forked from a pre-imported zygote (tests/zygote.py):
 each is its own process with its own MCP session, without paying `import mcp` (over a second) twenty times.
 Spawns go through `spawn_agent`, the code `orchestrator spawn` runs, on its warm path.
 """
@@ -20,7 +20,8 @@ from orchestrator import AgentProfile, Gateway, GatewaySettings, MCPManager, Ser
 from orchestrator._config import ToolSearchOverrides
 from orchestrator._launch import SpawnSummary, spawn_agent
 
-AGENTS = Path(__file__).resolve().parent / "agents"
+TESTS = Path(__file__).resolve().parent
+AGENTS = TESTS / "agents"
 CONCURRENT_SPAWNS = 20
 ZYGOTE_READY_S = 60.0
 SPAWNS_DONE_S = 90.0
@@ -39,7 +40,9 @@ def anyio_backend() -> str:
 @pytest.fixture(scope="module")
 async def zygote(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
     socket_path = str(tmp_path_factory.mktemp("zygote") / "agents.sock")
-    process = await anyio.open_process([sys.executable, str(AGENTS / "zygote.py"), socket_path], stderr=None)
+    process = await anyio.open_process(
+        [sys.executable, str(TESTS / "zygote.py"), socket_path, str(AGENTS / "agent.py")], stderr=None
+    )
     try:
         assert process.stdout is not None
         with anyio.fail_after(ZYGOTE_READY_S):
@@ -57,9 +60,11 @@ async def warm(tmp_path_factory: pytest.TempPathFactory, zygote: str) -> AsyncIt
     out = tmp_path_factory.mktemp("agent-results")
     command = [
         sys.executable,
-        str(AGENTS / "forked.py"),
+        "-I",
+        "-S",
+        str(TESTS / "forked.py"),
         zygote,
-        "--",
+        str(AGENTS / "agent.py"),
         "--config",
         "{mcp_config}",
         "--out",

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import server_script
+from .conftest import server_entry, server_script
 from .interop.harness import (
     NODE_MODULES,
     ORCHESTRATOR,
@@ -38,10 +38,10 @@ from .interop.harness import (
 pytestmark = pytest.mark.slow
 
 SERVERS = {
-    "basic": {"command": sys.executable, "args": [server_script("basic.py")]},
+    "basic": server_entry("basic.py"),
     # on_change accept: the tool it adds is offered at once (the default holds it until approved).
-    "changing": {"command": sys.executable, "args": [server_script("changing.py")], "on_change": "accept"},
-    "features": {"command": sys.executable, "args": [server_script("features.py")]},
+    "changing": server_entry("changing.py", on_change="accept"),
+    "features": server_entry("features.py"),
 }
 FULL = {"full": {"tool_search": {"threshold_tokens": 1_000_000}}}
 """A profile in full mode: every tool listed under its qualified name and called directly."""

@@ -412,8 +412,8 @@ async def test_closing_on_an_error_leaves_no_child_process_even_a_lingering_one_
     settings = MCPSettings(
         cache_dir=tmp_path,
         servers={
-            "plain": stdio_server_config("basic.py"),
-            "stubborn": stdio_server_config("basic.py", "--linger", "--grandchild"),
+            "plain": stdio_server_config("basic.py", forked=False),
+            "stubborn": stdio_server_config("basic.py", "--linger", "--grandchild", forked=False),
         },
     )
     with pytest.raises(LookupError, match="raised in the body"):  # noqa: PT012 (propagates as is, not in a group)
@@ -431,7 +431,7 @@ async def test_cancelling_the_task_holding_the_manager_stops_its_children(tmp_pa
     before = _live_descendants(os.getpid())
     settings = MCPSettings(
         cache_dir=tmp_path,
-        servers={"plain": stdio_server_config("basic.py"), "hanging": stdio_server_config("hanging.py")},
+        servers={"plain": stdio_server_config("basic.py", forked=False), "hanging": stdio_server_config("hanging.py")},
     )
     with anyio.move_on_after(0.5) as scope:  # cancelled while both are still starting
         async with MCPManager(settings):
@@ -542,7 +542,9 @@ def test_ctrl_c_stops_every_child_process(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_a_listing_is_cached_and_served_at_once_by_the_next_start(tmp_path: Path) -> None:
-    settings = MCPSettings(cache_dir=tmp_path, servers={"paged": stdio_server_config("paged.py", "--tools", "30")})
+    settings = MCPSettings(
+        cache_dir=tmp_path, servers={"paged": stdio_server_config("paged.py", "--tools", "30", forked=False)}
+    )
     before = _live_descendants(os.getpid())
     async with MCPManager(settings) as manager:
         live = manager.tool_lists()

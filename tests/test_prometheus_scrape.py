@@ -51,7 +51,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator._accounting import BATCH_GAP_S
 
-from .conftest import server_script
+from .conftest import server_entry
 from .test_prometheus_rules import RULES, dashboard_expressions, dashboard_panels, load_rules, metric_names
 
 PROMETHEUS = shutil.which("prometheus")
@@ -314,11 +314,8 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
             {
                 "mcp": {
                     "servers": {
-                        SERVER: {"command": sys.executable, "args": [server_script("basic.py")]},
-                        PAGED: {
-                            "command": sys.executable,
-                            "args": [server_script("paged.py"), "--tools", str(PAGED_TOOLS)],
-                        },
+                        SERVER: server_entry("basic.py"),
+                        PAGED: server_entry("paged.py", "--tools", str(PAGED_TOOLS)),
                     },
                     "cache_dir": str(folder / "cache"),
                     # Lexical ranking asked for: searches count no fallback, and no model loads.

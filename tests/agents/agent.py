@@ -7,7 +7,7 @@ The config is the file `orchestrator spawn` writes (Claude Code's `--mcp-config`
 `{"mcpServers": {NAME: {"type": "http", "url": ..., "headers": {...}}}}`); the first server is used.
 Search mode (the gateway lists `tool_search`): search, expand the hit for `--tool`, run it with `call_tool`.
 Full mode: call the listed tool whose original name is `--tool` directly. Exit 0 when the call succeeded.
-`main(argv)` is importable so tests can run many agents from one pre-imported process (see zygote.py).
+`main(argv)` is importable so tests can run many agents from one pre-imported process (tests/zygote.py).
 """
 
 from __future__ import annotations
@@ -109,6 +109,17 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
     return 0 if report.get("ok") else 1
+
+
+def warm() -> None:
+    """Run once by the zygote that forks agents (tests/zygote.py): what an agent's first run would otherwise
+    import lazily in every child (the HTTP stack, anyio's asyncio backend), about half a second of CPU each."""
+
+    async def touch() -> None:
+        async with httpx2.AsyncClient(verify=TLS):
+            pass
+
+    anyio.run(touch)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import socket
 import sys
 from typing import Any
 
-__all__ = ["add_transport_args", "serve", "serve_legacy"]
+__all__ = ["add_transport_args", "serve", "serve_legacy", "warm"]
 
 
 def add_transport_args(parser: argparse.ArgumentParser) -> None:
@@ -59,3 +59,17 @@ def serve_legacy(server: Any) -> None:
             await serve_loop(lowlevel, read_stream, write_stream, lifespan_state=state, init_options=options)
 
     anyio.run(run)
+
+
+def warm() -> None:
+    """What every server imports and starts, done once by the zygote that forks them (tests/zygote.py)."""
+    import anyio
+    import mcp.server.stdio  # noqa: F401
+    import uvicorn  # noqa: F401  # the HTTP transports
+    from mcp.server import MCPServer  # noqa: F401
+    from mcp.server.lowlevel import Server  # noqa: F401
+
+    async def nothing() -> None:
+        pass
+
+    anyio.run(nothing)  # anyio's asyncio backend, imported on first use
