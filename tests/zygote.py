@@ -87,7 +87,7 @@ def _child(conn: socket.socket, fds: list[int], request: dict[str, Any], preload
 
 
 def _die_with_launcher(conn: socket.socket) -> None:
-    """The launcher never writes after its request: end of stream means it is gone, and so is the server."""
+    """The launcher never writes after its request: end of stream means it is gone, and this process goes too."""
     try:
         while conn.recv(1):
             pass
