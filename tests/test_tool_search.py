@@ -21,6 +21,7 @@ from orchestrator import (
     ToolSearchSettings,
 )
 from orchestrator._telemetry import SEARCH_INVOCATIONS
+from orchestrator.protocols.mcp._catalog import read_snapshot
 from orchestrator.search._engine import LONG_QUERY_CHARS, MAX_QUERY_CHARS, MAX_STEPS, STEP_WORDS, request_steps
 from orchestrator.search._evaluation import evaluate, load_queries
 from orchestrator.search._lexical import (
@@ -169,6 +170,27 @@ def test_scores_equal_rank_bm25_get_scores_on_every_document(shared_data: Path) 
         scores, candidates = index.scores(terms)
         assert np.array_equal(scores, index.bm25.get_scores(terms))
         assert set(candidates.tolist()) == {i for i, doc in enumerate(index.bm25.doc_freqs) if set(terms) & set(doc)}
+
+
+def test_candidates_within_k_give_the_same_best_k_ties_included(shared_data: Path) -> None:
+    """`scores(terms, within=k)` keeps only the documents that can be among the best k: the top k is the
+    same as from every candidate, on real requests and on a catalog where every tool has a twin (ties)."""
+    lists = read_snapshot(shared_data / "retrieval" / "stabletoolbench" / "tools.json")
+    real = ToolCatalog.from_lists(lists)
+    twins = ToolCatalog.from_lists({f"{server}-{copy}": tools for server, tools in lists.items() for copy in range(2)})
+    queries = [query.query for query in load_queries(shared_data / "retrieval" / "stabletoolbench" / "queries.jsonl")]
+    narrowed = 0
+    for catalog in (real, twins):
+        index = LexicalIndex(catalog.entries)
+        for query in queries[:60]:
+            terms = index.query_terms(query)
+            scores, every = index.scores(terms)
+            for k in (1, 8, 40):
+                _, within = index.scores(terms, within=k)
+                assert set(within.tolist()) <= set(every.tolist())
+                assert index.top(scores, within, k) == index.top(scores, every, k), (query, k)
+                narrowed += within.size < every.size
+    assert narrowed > 100  # the narrowing is what is checked, not the fallback to every candidate
 
 
 def test_an_index_with_another_k1_scores_as_one_built_with_it_and_leaves_the_original_alone(

@@ -315,9 +315,9 @@ class ToolSearchEngine:
             chosen = list(dict.fromkeys(doc for name in names if name for doc in self._exact(state, name)[:1]))
             return Ranked([_hit(index.entry(doc), 1.0) for doc in chosen[:limit]], "lexical", None)
         exact = self._exact(state, query)
-        scores, candidates, ranking, fallback = self._scores(state, query)
         group = self._settings.group_equivalents and bool(state.twins)
         depth = limit + len(exact) + (limit * GROUP_DEPTH_FACTOR if group else 0)
+        scores, candidates, ranking, fallback = self._scores(state, query, depth)
         ranked = [(doc, score) for doc, score in index.top(scores, candidates, depth) if doc not in exact]
         folded: dict[int, list[int]] = {doc: [] for doc in exact}
         rest: list[tuple[int, float]] = []
@@ -344,17 +344,18 @@ class ToolSearchEngine:
         return [int(slots[state.catalog.position(entry.name)]) for entry in state.catalog.matches(name)]
 
     def _scores(
-        self, state: _State, query: str
+        self, state: _State, query: str, depth: int | None = None
     ) -> tuple[np.ndarray, np.ndarray, Literal["lexical", "hybrid"], str | None]:
-        """Scores for every document, the ids that may be returned, the ranking used and the fallback
-        kind: the one place ranking happens. A blend that raises leaves the lexical ranking (fail open).
+        """Scores for every document, the ids that may be returned (among the best `depth`, if given), the
+        ranking used and the fallback kind: the one place ranking happens. A blend that raises leaves the
+        lexical ranking (fail open).
 
         A query over LONG_QUERY_CHARS is ranked step by step (`_long_scores`): each tool scores its best
         step, and the blend embeds only the steps that match some tool best. The blend gets BM25 with
         BLEND_BM25_K1 (`state.blend_index`); lexical ranking, fail-open included, is BM25 with BM25_K1."""
         learned = self._learned(state, query)
         if self._blend is None:
-            return *self._lexical(state, query, learned), "lexical", self._fallback
+            return *self._lexical(state, query, learned, depth), "lexical", self._fallback
         scores, candidates, focus, terms = _lexical_scores(state.blend_index, query)
         # A blend (and learned evidence) reads the catalog's entries by position, the index by slot.
         slots = state.index.slots()
@@ -371,12 +372,12 @@ class ToolSearchEngine:
                     blended, admitted = learned.hybrid(terms, blended, admitted)
         except SemanticUnavailable as exc:  # logged once by the scorer; counted here on every search
             kind = exc.kind if exc.kind in FALLBACK_KINDS else "blend_failed"
-            return *self._lexical(state, query, learned), "lexical", kind
+            return *self._lexical(state, query, learned, depth), "lexical", kind
         except Exception:  # boundary: a ranking failure must never reach the agent
             if not self._blend_failure_logged:
                 self._blend_failure_logged = True
                 log.warning("hybrid ranking failed; answering with lexical ranking", exc_info=True)
-            return *self._lexical(state, query, learned), "lexical", "blend_failed"
+            return *self._lexical(state, query, learned, depth), "lexical", "blend_failed"
         by_slot = np.zeros(state.index.capacity, dtype=np.float64)
         by_slot[slots] = blended
         blended, admitted = by_slot, slots[admitted]
@@ -405,9 +406,14 @@ class ToolSearchEngine:
             return None
 
     @staticmethod
-    def _lexical(state: _State, query: str, learned: LearnedEvidence | None) -> tuple[np.ndarray, np.ndarray]:
-        """BM25 with BM25_K1 (lexical ranking and hybrid's fail-open answer), learned evidence added."""
-        scores, candidates, _focus, terms = _lexical_scores(state.index, query)
+    def _lexical(
+        state: _State, query: str, learned: LearnedEvidence | None, depth: int | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 with BM25_K1 (lexical ranking and hybrid's fail-open answer), learned evidence added; the
+        candidates are those that can be among the best `depth` (every one for None)."""
+        # Learned evidence moves scores after BM25, so it needs every candidate.
+        within = depth if learned is None else None
+        scores, candidates, _focus, terms = _lexical_scores(state.index, query, within)
         if learned is not None:
             scores, candidates = learned.lexical(terms, scores, candidates, state.index.slots())
         return scores, candidates
@@ -486,13 +492,16 @@ def request_steps(query: str) -> list[str]:
     return steps
 
 
-def _lexical_scores(index: LexicalIndex, query: str) -> tuple[np.ndarray, np.ndarray, str, list[str]]:
-    """BM25 scores of `query` for every document, its candidates, the text a blend embeds (a long request's
-    best steps, `_long_scores`; else the query) and the query's terms ([] for a long request)."""
+def _lexical_scores(
+    index: LexicalIndex, query: str, within: int | None = None
+) -> tuple[np.ndarray, np.ndarray, str, list[str]]:
+    """BM25 scores of `query` for every document, its candidates (with `within`, only those that can be
+    among the best `within`), the text a blend embeds (a long request's best steps, `_long_scores`; else
+    the query) and the query's terms ([] for a long request)."""
     if len(query) > LONG_QUERY_CHARS:
         return (*_long_scores(index, query), [])
     terms = index.query_terms(query)
-    return (*index.scores(terms), query, terms)
+    return (*index.scores(terms, within), query, terms)
 
 
 def _long_scores(index: LexicalIndex, query: str) -> tuple[np.ndarray, np.ndarray, str]:

@@ -227,9 +227,10 @@ class LexicalIndex:
                 mask[corpus.servers[server]] = True
         return mask
 
-    def scores(self, terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    def scores(self, terms: Sequence[str], within: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Dense BM25 scores by slot (0 for documents sharing no term) and the sorted slots of the
-        documents that share one.
+        documents that share one; with `within`, of those only the ones that can be among the best
+        `within` (`top(scores, candidates, within)` is the same either way, ties included).
 
         Equal to `bm25.get_scores(terms)` on every document, computed from the postings only.
         """
@@ -242,6 +243,15 @@ class LexicalIndex:
         # bincount adds each slot's contributions in the order given, from 0.0: term by term, as get_scores.
         scores = np.bincount(slots, weights=np.concatenate([pair[1] for pair in found]), minlength=capacity)
         if all(pair[2] for pair in found):  # every contribution positive: the documents scored are those above 0
+            if within is not None:
+                # The within-th best score among one term's documents is at most the within-th best of all,
+                # and above 0: the documents reaching it hold every one `top` can return. The term with
+                # the fewest documents (but enough) is read, where a request's rare word usually points.
+                enough = [pair[0] for pair in found if len(pair[0]) >= within]
+                if enough:
+                    chosen = scores[min(enough, key=len)]
+                    bound = np.partition(chosen, chosen.size - within)[chosen.size - within]
+                    return scores, np.flatnonzero(scores >= bound)
             # Compared first: numpy's nonzero over a bool array is several times faster than over floats.
             return scores, np.flatnonzero(scores > 0)
         matched = np.zeros(capacity, dtype=bool)
