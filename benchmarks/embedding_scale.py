@@ -47,7 +47,7 @@ from _common import CATALOGS, RETRIEVAL, add_results_flag, median, percentile, r
 from orchestrator import EmbeddingRuntime, SemanticScorer, Settings, ToolCatalog, ToolSearchEngine, ToolSearchSettings
 from orchestrator._store import MemoryStore
 from orchestrator.search._embedding.model import MINILM_DIMENSION
-from orchestrator.search._embedding.rules import entry_text
+from orchestrator.search._embedding.rules import entry_text, multilingual_text
 from orchestrator.search._embedding.store import CACHE_LIMIT, CACHE_NAME
 from orchestrator.search._evaluation import load_queries
 
@@ -118,7 +118,8 @@ def _previous(model: SemanticScorer, texts: Sequence[str]) -> np.ndarray:
     work()
     for helper in helpers:
         helper.join()
-    return model._join(out, texts)
+    # USE multilingual v3 over every text at the end, on this thread (as `_join` did before the jobs).
+    return model._combine(out, model._multilingual.embed([multilingual_text(text) for text in texts]))
 
 
 def timed(call: Callable[[], np.ndarray]) -> tuple[float, float, np.ndarray]:
