@@ -22,6 +22,7 @@ from orchestrator import (
 )
 from orchestrator._telemetry import SEARCH_INVOCATIONS
 from orchestrator.protocols.mcp._catalog import read_snapshot
+from orchestrator.search import _lexical as lexical_module
 from orchestrator.search._engine import LONG_QUERY_CHARS, MAX_QUERY_CHARS, MAX_STEPS, STEP_WORDS, request_steps
 from orchestrator.search._evaluation import evaluate, load_queries
 from orchestrator.search._lexical import (
@@ -172,9 +173,13 @@ def test_scores_equal_rank_bm25_get_scores_on_every_document(shared_data: Path) 
         assert set(candidates.tolist()) == {i for i, doc in enumerate(index.bm25.doc_freqs) if set(terms) & set(doc)}
 
 
-def test_candidates_within_k_give_the_same_best_k_ties_included(shared_data: Path) -> None:
+def test_candidates_within_k_give_the_same_best_k_ties_included(
+    shared_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`scores(terms, within=k)` keeps only the documents that can be among the best k: the top k is the
-    same as from every candidate, on real requests and on a catalog where every tool has a twin (ties)."""
+    same as from every candidate, on real requests and on a catalog where every tool has a twin (ties).
+    Narrowing is on for every request here (at these sizes it only pays from NARROW_FROM postings)."""
+    monkeypatch.setattr(lexical_module, "NARROW_FROM", 0)
     lists = read_snapshot(shared_data / "retrieval" / "stabletoolbench" / "tools.json")
     real = ToolCatalog.from_lists(lists)
     twins = ToolCatalog.from_lists({f"{server}-{copy}": tools for server, tools in lists.items() for copy in range(2)})
