@@ -150,41 +150,49 @@ def server_entry(script: str, *args: str, forked: bool | None = None, **extra: A
     return {"command": command, "args": arguments, **extra}
 
 
+def start_zygote(socket_path: str, *preload: Path) -> subprocess.Popen[str]:
+    """A fork server (tests/zygote.py) listening on `socket_path`, `preload` imported; `stop_zygote` ends it."""
+    process = subprocess.Popen(
+        [sys.executable, str(TESTS_DIR / "zygote.py"), socket_path, *map(str, preload)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    readable, _, _ = select.select([process.stdout], [], [], ZYGOTE_START_TIMEOUT_S)
+    if not readable or process.stdout.readline().strip() != "READY":
+        stop_zygote(process)
+        raise RuntimeError(f"the zygote did not start within {ZYGOTE_START_TIMEOUT_S:g} s")
+    return process
+
+
+def stop_zygote(process: subprocess.Popen[str]) -> int | None:
+    """Close the zygote's stdin (it ends its children and exits) and wait; its exit status."""
+    for stream in (process.stdin, process.stdout):
+        if stream is not None:
+            stream.close()
+    try:
+        return process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        return None
+
+
 _zygote_socket: str | None = None
 
 
 def _zygote() -> str:
-    """The socket of this worker's zygote, started on first use and stopped when the worker exits."""
+    """The socket of this worker's zygote for the test servers, started on first use, stopped at exit."""
     global _zygote_socket
     if _zygote_socket is None:
         folder = tempfile.mkdtemp(prefix="zygote-")  # short: a unix socket path has at most 107 bytes
         path = os.path.join(folder, "servers.sock")
-        process = subprocess.Popen(
-            [sys.executable, str(TESTS_DIR / "zygote.py"), path, str(TEST_SERVERS_DIR / "_serve.py")],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert process.stdout is not None
-        readable, _, _ = select.select([process.stdout], [], [], ZYGOTE_START_TIMEOUT_S)
-        if not readable or process.stdout.readline().strip() != "READY":
-            process.kill()
-            raise RuntimeError(f"the test servers' zygote did not start within {ZYGOTE_START_TIMEOUT_S:g} s")
-        atexit.register(_stop_zygote, process, folder)
+        process = start_zygote(path, TEST_SERVERS_DIR / "_serve.py")
+        atexit.register(stop_zygote, process)
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
         _zygote_socket = path
     return _zygote_socket
-
-
-def _stop_zygote(process: subprocess.Popen[str], folder: str) -> None:
-    for stream in (process.stdin, process.stdout):
-        if stream is not None:
-            stream.close()  # stdin closed: the zygote ends its children and exits
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
@@ -20,10 +20,10 @@ from orchestrator import AgentProfile, Gateway, GatewaySettings, MCPManager, Ser
 from orchestrator._config import ToolSearchOverrides
 from orchestrator._launch import SpawnSummary, spawn_agent
 
-TESTS = Path(__file__).resolve().parent
-AGENTS = TESTS / "agents"
+from .conftest import TESTS_DIR, start_zygote, stop_zygote
+
+AGENTS = TESTS_DIR / "agents"
 CONCURRENT_SPAWNS = 20
-ZYGOTE_READY_S = 60.0
 SPAWNS_DONE_S = 90.0
 # Bounds, not expectations: twenty agents on two cores finish in a few seconds.
 TOKEN = "gateway-spawns-test-secret"
@@ -38,21 +38,11 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="module")
-async def zygote(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     socket_path = str(tmp_path_factory.mktemp("zygote") / "agents.sock")
-    process = await anyio.open_process(
-        [sys.executable, str(TESTS / "zygote.py"), socket_path, str(AGENTS / "agent.py")], stderr=None
-    )
-    try:
-        assert process.stdout is not None
-        with anyio.fail_after(ZYGOTE_READY_S):
-            line = await process.stdout.receive()
-        assert line.startswith(b"READY")
-        yield socket_path
-    finally:
-        process.terminate()
-        await process.wait()
-        await process.aclose()
+    process = start_zygote(socket_path, AGENTS / "agent.py")
+    yield socket_path
+    stop_zygote(process)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +52,7 @@ async def warm(tmp_path_factory: pytest.TempPathFactory, zygote: str) -> AsyncIt
         sys.executable,
         "-I",
         "-S",
-        str(TESTS / "forked.py"),
+        str(TESTS_DIR / "forked.py"),
         zygote,
         str(AGENTS / "agent.py"),
         "--config",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import TESTS_DIR
+from .conftest import TESTS_DIR, start_zygote, stop_zygote
 
 SCRIPT = textwrap.dedent(
     """
@@ -44,15 +44,9 @@ Launch = Callable[..., tuple[subprocess.Popen[str], list[str]]]
 @pytest.fixture(scope="module")
 def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     path = str(tmp_path_factory.mktemp("zygote") / "z.sock")
-    process = subprocess.Popen(
-        [sys.executable, str(TESTS_DIR / "zygote.py"), path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    assert process.stdout is not None and process.stdout.readline().strip() == "READY"
+    process = start_zygote(path)
     yield path
-    assert process.stdin is not None
-    process.stdin.close()  # the zygote exits when stdin closes
-    assert process.wait(timeout=10) == 0
-    process.stdout.close()
+    assert stop_zygote(process) == 0  # the zygote exits when stdin closes
 
 
 @pytest.fixture
