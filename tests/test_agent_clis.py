@@ -48,10 +48,13 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 SPAWNING_DOC = REPO / "docs" / "spawning.md"
-SERVERS = {
-    "basic": server_entry("basic.py"),
-    "features": server_entry("features.py"),
-}
+
+
+def servers() -> dict[str, dict[str, object]]:
+    """The upstream servers (built when a test needs them, so collecting the tests starts no zygote)."""
+    return {"basic": server_entry("basic.py"), "features": server_entry("features.py")}
+
+
 CATALOG_TOOLS = 10
 """basic.py's 5 tools and features.py's 5."""
 META_TOOLS = {"tool_search", "expand_tools", "call_tool"}
@@ -122,7 +125,7 @@ def config(folder: Path) -> Path:
         "full": FULL,
         "codex-full": {"client": "codex", **FULL},
     }
-    return write_config(folder / "bernstein.yaml", SERVERS, agents, gateway={"port": free_port()})
+    return write_config(folder / "bernstein.yaml", servers(), agents, gateway={"port": free_port()})
 
 
 @pytest.fixture(scope="module")

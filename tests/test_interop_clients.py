@@ -37,12 +37,17 @@ from .interop.harness import (
 
 pytestmark = pytest.mark.slow
 
-SERVERS = {
-    "basic": server_entry("basic.py"),
-    # on_change accept: the tool it adds is offered at once (the default holds it until approved).
-    "changing": server_entry("changing.py", on_change="accept"),
-    "features": server_entry("features.py"),
-}
+
+def servers() -> dict[str, dict[str, object]]:
+    """The upstream servers (built when a test needs them, so collecting the tests starts no zygote)."""
+    return {
+        "basic": server_entry("basic.py"),
+        # on_change accept: the tool it adds is offered at once (the default holds it until approved).
+        "changing": server_entry("changing.py", on_change="accept"),
+        "features": server_entry("features.py"),
+    }
+
+
 FULL = {"full": {"tool_search": {"threshold_tokens": 1_000_000}}}
 """A profile in full mode: every tool listed under its qualified name and called directly."""
 META_TOOLS = ["tool_search", "expand_tools", "call_tool"]
@@ -85,7 +90,7 @@ def node() -> None:
 
 @pytest.fixture(scope="module")
 def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_config(tmp_path_factory.mktemp("interop") / "bernstein.yaml", SERVERS, FULL)
+    return write_config(tmp_path_factory.mktemp("interop") / "bernstein.yaml", servers(), FULL)
 
 
 @pytest.fixture(scope="module")
@@ -135,8 +140,11 @@ class Reports:
     def _late(self) -> Any:
         """v1 over stdio against a gateway with `basic` and `late` (basic.py started LATE_START_S late)."""
         slow = f"sleep {LATE_START_S} && exec {sys.executable} {server_script('basic.py')} --name late"
-        servers = {"basic": SERVERS["basic"], "late": {"command": "sh", "args": ["-c", slow], "startup_timeout_s": 60}}
-        config = write_config(self.folder / "late.yaml", servers, FULL)
+        upstream = {
+            "basic": servers()["basic"],
+            "late": {"command": "sh", "args": ["-c", slow], "startup_timeout_s": 60},
+        }
+        config = write_config(self.folder / "late.yaml", upstream, FULL)
         serve = [ORCHESTRATOR, "--config", str(config), "serve", "--transport", "stdio", "--agent", "full"]
         return run_node("sdk_v1.mjs", ["--scenario", "late", "--late", "late__", "--mode", "full", "--", *serve])
 
@@ -259,7 +267,7 @@ def test_the_gateway_advertises_its_configured_server_name(node: None, tmp_path:
     """`gateway.server_name` is what clients see as the server's name and what spawn configs call it (so a client's
     tool prefix, e.g. Claude Code's `mcp__<name>__`, can be shortened)."""
     config = write_config(
-        tmp_path / "bernstein.yaml", {"basic": SERVERS["basic"]}, FULL, gateway={"server_name": "tools"}
+        tmp_path / "bernstein.yaml", {"basic": servers()["basic"]}, FULL, gateway={"server_name": "tools"}
     )
     with running_gateway(config, "--port", "0") as gateway:
         report = run_node(
