@@ -135,7 +135,12 @@ def server_command(script: str, *args: str, forked: bool | None = None) -> list[
         forked = script in FORKED_SERVERS
     if not forked:
         return [sys.executable, server_script(script), *args]
-    return [sys.executable, "-I", "-S", str(TESTS_DIR / "forked.py"), _zygote(), server_script(script), *args]
+    return forked_command(_zygote(), server_script(script), *args)
+
+
+def forked_command(socket_path: str, script: str | Path, *args: str) -> list[str]:
+    """The command that runs `script` as a child of the zygote on `socket_path` (tests/forked.py)."""
+    return [sys.executable, "-I", "-S", str(TESTS_DIR / "forked.py"), socket_path, str(script), *args]
 
 
 def stdio_server_config(script: str, *args: str, forked: bool | None = None, **overrides: Any) -> ServerConfig:

@@ -20,7 +20,7 @@ from orchestrator import AgentProfile, Gateway, GatewaySettings, MCPManager, Ser
 from orchestrator._config import ToolSearchOverrides
 from orchestrator._launch import SpawnSummary, spawn_agent
 
-from .conftest import TESTS_DIR, start_zygote, stop_zygote
+from .conftest import TESTS_DIR, forked_command, start_zygote, stop_zygote
 
 AGENTS = TESTS_DIR / "agents"
 CONCURRENT_SPAWNS = 20
@@ -48,18 +48,7 @@ def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="module")
 async def warm(tmp_path_factory: pytest.TempPathFactory, zygote: str) -> AsyncIterator[tuple[Settings, Path]]:
     out = tmp_path_factory.mktemp("agent-results")
-    command = [
-        sys.executable,
-        "-I",
-        "-S",
-        str(TESTS_DIR / "forked.py"),
-        zygote,
-        str(AGENTS / "agent.py"),
-        "--config",
-        "{mcp_config}",
-        "--out",
-        f"{out}/{{task}}.json",
-    ]
+    command = forked_command(zygote, AGENTS / "agent.py", "--config", "{mcp_config}", "--out", f"{out}/{{task}}.json")
     agents = {
         "small": AgentProfile(command=command, timeout_s=60, tool_search=ToolSearchOverrides(threshold_tokens=0)),
         "big": AgentProfile(command=command, timeout_s=60, tool_search=ToolSearchOverrides(threshold_tokens=100_000)),

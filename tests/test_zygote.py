@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import TESTS_DIR, start_zygote, stop_zygote
+from .conftest import forked_command, start_zygote, stop_zygote
 
 SCRIPT = textwrap.dedent(
     """
@@ -57,7 +56,7 @@ def launch(zygote: str, tmp_path: Path) -> Iterator[Launch]:
 
     def start(*args: str) -> tuple[subprocess.Popen[str], list[str]]:
         process = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(TESTS_DIR / "forked.py"), zygote, str(script), *args],
+            forked_command(zygote, script, *args),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
