@@ -218,6 +218,35 @@ async def test_call_arguments_are_held_to_the_configured_depth(manager: MCPManag
     assert manager.schema_limits == SchemaLimits()  # the defaults of mcp.schema_max_depth / _bytes
 
 
+def test_each_schema_is_checked_once_per_process_not_once_per_spawn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every spawn has its own meta-tools; checking a schema against the metaschema costs more than most
+    calls, so a tool's validator is built once and shared, and old ones are dropped past a bound."""
+    import jsonschema
+
+    from orchestrator import ToolCatalog as Catalog
+    from orchestrator import _call_arguments
+
+    def catalog(name: str) -> Catalog:
+        schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+        return Catalog.from_lists({"alpha": [{"name": name, "description": "Count.", "inputSchema": schema}]})
+
+    [entry] = catalog("count_once")
+    first = _call_arguments.ArgumentChecker()
+    assert first.check(entry, {"n": 1}) == {"n": 1}
+    built: list[object] = []
+    monkeypatch.setattr(jsonschema.validators, "validator_for", lambda *args, **kwargs: built.append(args))
+    another_spawn = _call_arguments.ArgumentChecker()
+    with pytest.raises(_call_arguments.ArgumentProblem, match='"n" is a required property'):
+        another_spawn.check(entry, {})
+    assert built == []  # the first checker's validator, not a new one
+    monkeypatch.undo()
+    monkeypatch.setattr(_call_arguments, "VALIDATORS_KEPT", 3)
+    for index in range(5):
+        [other] = catalog(f"count_{index}")
+        another_spawn.check(other, {"n": index})
+    assert len(_call_arguments.ArgumentChecker._validators) <= 3
+
+
 async def test_errors_carry_no_structured_content_that_an_output_schema_would_reject(manager: MCPManager) -> None:
     """TypeScript SDK v1 and MCP Inspector validate structuredContent against the tool's outputSchema even
     on an error (`add` declares one: {"result": integer}); the kind travels in _meta instead."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import jsonschema
 from jsonschema.exceptions import SchemaError
@@ -33,18 +33,26 @@ class ArgumentProblem(Exception):
     """The arguments cannot be used; the message says what to fix (model-facing, one line)."""
 
 
+VALIDATORS_KEPT = 4096
+"""Validators kept process-wide (the oldest dropped first): one per tool definition called."""
+
+
 class ArgumentChecker:
-    """Checks call arguments against tools' input schemas, with one cached validator per schema.
+    """Checks call arguments against tools' input schemas.
+
+    Validators are shared by every checker in the process, one per tool definition (its digest): each
+    spawn has its own checker, and checking a schema against the metaschema costs more than most calls.
 
     Args:
         limits: `mcp.schema_max_depth` bounds how deep arguments may nest before jsonschema recurses into
             them.
     """
 
+    _validators: ClassVar[dict[str, Any]] = {}
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
     def __init__(self, limits: SchemaLimits | None = None) -> None:
         self._limits = limits or SchemaLimits()
-        self._validators: dict[str, Any] = {}
-        self._lock = threading.Lock()
 
     def check(self, entry: ToolEntry, arguments: Any) -> dict[str, Any]:
         """The arguments as an object that satisfies the input schema, repaired where that is unambiguous.
@@ -94,6 +102,8 @@ class ArgumentChecker:
             except (SchemaError, TypeError, ValueError, LookupError):  # boundary: a server's broken schema
                 validator = None
         with self._lock:
+            while len(self._validators) >= VALIDATORS_KEPT:
+                del self._validators[next(iter(self._validators))]
             self._validators[key] = validator
         return validator
 
