@@ -359,6 +359,32 @@ async def test_progress_and_log_messages_reach_the_caller(live: tuple[Gateway, M
         assert [entry.level for entry in logs if entry.data == f"marker-{mode}"] == ["info"]
 
 
+async def test_an_argument_sent_as_a_header_must_agree_with_the_body(live: tuple[Gateway, MCPManager]) -> None:
+    """2026-07-28's `x-mcp-header`: the annotation reaches the client, whose SDK then sends the argument as
+    the header `Mcp-Param-Region` too; the gateway refuses a call whose header disagrees with its body,
+    checked against the schema this caller was listed (`GatewayHandlers.input_schema`)."""
+    gateway, _ = live
+    tampering = False
+
+    async def tamper(request: httpx2.Request) -> None:
+        if tampering and "mcp-param-region" in request.headers:
+            request.headers["Mcp-Param-Region"] = "elsewhere"
+
+    handle = await gateway.run_sync(lambda: gateway.open_spawn("regions", "loop"))
+    headers = {"Authorization": f"Bearer {handle.token}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, event_hooks={"request": [tamper]}) as http,
+        Client(streamable_http_client(handle.url, http_client=http)) as client,
+    ):
+        (tool,) = [tool for tool in (await client.list_tools()).tools if tool.name == "features__in_region"]
+        assert tool.input_schema["properties"]["region"]["x-mcp-header"] == "Region"
+        assert _text(await client.call_tool("features__in_region", {"region": "north"})) == "in north"
+        tampering = True
+        with pytest.raises(Exception, match="Mcp-Param-Region"):
+            await client.call_tool("features__in_region", {"region": "north"})
+    await gateway.run_sync(gateway.close_spawn, handle.id)
+
+
 async def test_a_resource_link_a_tool_returned_reads_back_through_the_gateway(live: tuple[Gateway, MCPManager]) -> None:
     gateway, _ = live
     async with spawn_client(gateway, "searcher") as client:  # search mode: the tool goes through call_tool

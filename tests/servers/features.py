@@ -13,6 +13,8 @@ What a gateway has to carry through to its clients:
 - `summarize_repository_activity_for_the_last_week()` has a 47-character name: qualified as
   `features__...` (57) it fits MCP's 64, but a client prefix such as Claude Code's `mcp__orchestrator__`
   (19) takes it past a model API's 64-character limit;
+- `in_region(region)` marks `region` with `x-mcp-header: Region` (2026-07-28): a client sends it as the HTTP
+  header `Mcp-Param-Region` too, and a server refuses a call whose header and argument disagree;
 - `total(a, b)` declares an output schema (`{"result": integer}`), so an error result about it must still be
   acceptable to clients that validate structured content.
 """
@@ -23,6 +25,7 @@ import argparse
 import sys
 import warnings
 from pathlib import Path
+from typing import Annotated
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -30,6 +33,7 @@ from _serve import add_transport_args, serve
 from mcp.server import MCPServer
 from mcp.server.mcpserver.context import Context
 from mcp.types import ResourceLink
+from pydantic import Field
 
 NOTE_SCHEME = "features://notes/"
 LONG_TOOL_NAME = "summarize_repository_activity_for_the_last_week"
@@ -76,6 +80,10 @@ def build(name: str = "features") -> MCPServer:
     @server.tool(name=LONG_TOOL_NAME, description="Summarize what happened in the repository over the last week.")
     def summarize() -> str:
         return "quiet week"
+
+    @server.tool(description="Answer in the given region (sent as an HTTP header too).")
+    def in_region(region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})]) -> str:
+        return f"in {region}"
 
     @server.tool(description="Add two integers (declares an output schema).")
     def total(a: int, b: int) -> int:

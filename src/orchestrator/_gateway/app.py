@@ -42,7 +42,7 @@ from .._errors import ConfigError, OrchestratorError
 from .._store import StoreError
 from .addresses import CHALLENGE_PATH, DEFAULT_PATH, check_bind, client_base_url, is_loopback
 from .auth import CredentialError, Credentials, SpawnClaims, SpawnClosedError, SpawnLimitError, bearer_token
-from .views import SCOPE_KEY
+from .views import ROUTED_SCOPE, SCOPE_KEY
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,11 @@ class _Router:
             else:
                 refused = verified
         if refused is None and (mcp or spawn_match):
-            await self._sessions.handle_request(scope, receive, send)
+            routed = ROUTED_SCOPE.set(scope)
+            try:
+                await self._sessions.handle_request(scope, receive, send)
+            finally:
+                ROUTED_SCOPE.reset(routed)
             return
         if refused is None:
             refused = await self._admin(request, path)

@@ -30,7 +30,7 @@ from .._formats import to_mcp_tool
 from .._meta_tools import CallRelay, Handled, Offload
 from .auth import SpawnClaims
 from .proxy import UpstreamProxy, resource_uris
-from .views import SCOPE_KEY, SpawnContext, Upstream
+from .views import ROUTED_SCOPE, SCOPE_KEY, SpawnContext, Upstream
 
 __all__ = ["GatewayHandlers", "RequestContext"]
 
@@ -118,6 +118,29 @@ class GatewayHandlers:
         if not isinstance(claims, SpawnClaims) or claims.remaining_s() <= 0:
             return None
         return self._spawn_context(claims).for_client(client_of(ctx))
+
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        """`name`'s input schema as last listed to the caller of the HTTP request being handled, for the
+        SDK's check of a call's `Mcp-Param-*` headers (`Server.get_tool_input_schema`). Without it the SDK
+        runs a whole tools/list for every call to find the schema: CPU on the event loop, and a listing
+        counted in the spawn's session. None (the SDK then skips the check, as when its own listing
+        fails) when this caller has listed no such tool here, for example after listing on another replica.
+        """
+        scope = ROUTED_SCOPE.get(None)
+        if scope is None:
+            return None
+        claims = scope.get(SCOPE_KEY)
+        if claims is None:
+            context = self.default
+        elif isinstance(claims, SpawnClaims) and claims.remaining_s() > 0:
+            context = self._spawn_context(claims)
+        else:
+            return None
+        # The variant that served this spawn's latest request first: it is the caller's client kind.
+        for endpoint in (context.active, context, *context.variants.values()):
+            if endpoint is not None and name in endpoint.listed_schemas:
+                return endpoint.listed_schemas[name]
+        return None
 
     # ------------------------------------------------------------------ tools
 
@@ -294,4 +317,5 @@ def _listed_tools(context: SpawnContext) -> list[types.Tool]:
             else:
                 tools.append(to_mcp_tool(definition, provider=provider))
     context.listed = (plan.fingerprint, tools)
+    context.listed_schemas = {tool.name: tool.input_schema for tool in tools}
     return tools

@@ -180,6 +180,7 @@ class Gateway:
                 instructions=INSTRUCTIONS,
                 on_list_tools=handlers.on_list_tools,
                 on_call_tool=handlers.on_call_tool,
+                get_tool_input_schema=handlers.input_schema,
                 on_subscriptions_listen=ListenHandler(self._bus),
                 on_list_resources=handlers.on_list_resources,
                 on_list_resource_templates=handlers.on_list_resource_templates,

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import mcp.types as types
 from mcp import Client
@@ -36,11 +37,14 @@ from ..search._embedding import EmbeddingRuntime
 from ..search._engine import ToolSearchEngine
 from ..search._evidence import EvidenceSource
 
-__all__ = ["SCOPE_KEY", "AgentView", "SpawnContext", "Upstream"]
+__all__ = ["ROUTED_SCOPE", "SCOPE_KEY", "AgentView", "SpawnContext", "Upstream"]
 
 SCOPE_KEY = "orchestrator.spawn"
 """Set on the ASGI scope by the router (`app.py`): the verified claims of the spawn a request is for, or
 None for the gateway's own endpoint; the handlers read it (`handlers.py`)."""
+ROUTED_SCOPE: ContextVar[dict[str, Any]] = ContextVar("orchestrator.routed_scope")
+"""The scope of the MCP request the router is handing to the SDK, while it does: for the SDK's hooks that
+get no request context (`GatewayHandlers.input_schema`)."""
 
 T = TypeVar("T")
 
@@ -192,6 +196,8 @@ class SpawnContext:
     plan: SpawnPlan | None = None
     listed: tuple[str, list[types.Tool]] | None = None
     """The tools last listed to this endpoint, by plan fingerprint."""
+    listed_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The input schema of each tool last listed to this endpoint, by the name it was listed under."""
     legacy_sessions: dict[str, ServerSession] = field(default_factory=dict)
     """Handshake-era client sessions, told of tool-list changes by notification."""
     opened: float = field(default_factory=time.monotonic)
