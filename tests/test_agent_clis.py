@@ -55,8 +55,8 @@ def servers() -> dict[str, dict[str, object]]:
     return {"basic": server_entry("basic.py"), "features": server_entry("features.py")}
 
 
-CATALOG_TOOLS = 10
-"""basic.py's 5 tools and features.py's 5."""
+CATALOG_TOOLS = 11
+"""basic.py's 5 tools and features.py's 6."""
 META_TOOLS = {"tool_search", "expand_tools", "call_tool"}
 A, B, SUM = 40000, 2026, "42026"
 """`basic__add(A, B)`: the sum can only be in a tool result if the call reached the upstream server."""
