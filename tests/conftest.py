@@ -139,7 +139,8 @@ def server_command(script: str, *args: str, forked: bool | None = None) -> list[
 
 
 def forked_command(socket_path: str, script: str | Path, *args: str) -> list[str]:
-    """The command that runs `script` as a child of the zygote on `socket_path` (tests/forked.py)."""
+    """The command that runs `script` as a child of the zygote on `socket_path` (tests/forked.py); a
+    `script` of "-m" runs the module named by the first argument."""
     return [sys.executable, "-I", "-S", str(TESTS_DIR / "forked.py"), socket_path, str(script), *args]
 
 
@@ -155,8 +156,33 @@ def server_entry(script: str, *args: str, forked: bool | None = None, **extra: A
     return {"command": command, "args": arguments, **extra}
 
 
-def start_zygote(socket_path: str, *preload: Path) -> subprocess.Popen[str]:
-    """A fork server (tests/zygote.py) listening on `socket_path`, `preload` imported; `stop_zygote` ends it."""
+TIME_SERVER_MODULE = "mcp_server_time"
+"""The published time server (PyPI's mcp-server-time), run as `python -m mcp_server_time`."""
+
+
+def time_server_command(*args: str, forked: bool = True) -> list[str]:
+    """The command that runs the published time server: `python -m mcp_server_time ARGS`, as a child of this
+    worker's zygote (which imported the package once) unless `forked=False`."""
+    if not forked:
+        return [sys.executable, "-m", TIME_SERVER_MODULE, *args]
+    return forked_command(_zygote(), "-m", TIME_SERVER_MODULE, *args)
+
+
+def time_server_config(*args: str, forked: bool = True, **overrides: Any) -> ServerConfig:
+    """A stdio `ServerConfig` running the published time server (`time_server_command`)."""
+    command, *arguments = time_server_command(*args, forked=forked)
+    return ServerConfig(transport="stdio", command=command, args=arguments, **overrides)
+
+
+def time_server_entry(*args: str, forked: bool = True, **extra: Any) -> dict[str, Any]:
+    """The published time server's entry under `servers:` in a bernstein.yaml (`time_server_command`)."""
+    command, *arguments = time_server_command(*args, forked=forked)
+    return {"command": command, "args": arguments, **extra}
+
+
+def start_zygote(socket_path: str, *preload: Path | str) -> subprocess.Popen[str]:
+    """A fork server (tests/zygote.py) listening on `socket_path`, `preload` imported (files, or module
+    names); `stop_zygote` ends it."""
     process = subprocess.Popen(
         [sys.executable, str(TESTS_DIR / "zygote.py"), socket_path, *map(str, preload)],
         stdin=subprocess.PIPE,
@@ -193,7 +219,7 @@ def _zygote() -> str:
     if _zygote_socket is None:
         folder = tempfile.mkdtemp(prefix="zygote-")  # short: a unix socket path has at most 107 bytes
         path = os.path.join(folder, "servers.sock")
-        process = start_zygote(path, TEST_SERVERS_DIR / "_serve.py")
+        process = start_zygote(path, TEST_SERVERS_DIR / "_serve.py", TIME_SERVER_MODULE)
         atexit.register(stop_zygote, process)
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
         _zygote_socket = path

@@ -1,6 +1,7 @@
 """Run a script as a child of the zygote (zygote.py) and exit as it exits. Stdlib only.
 
     python -I -S tests/forked.py SOCKET_PATH SCRIPT ARGS...
+    python -I -S tests/forked.py SOCKET_PATH -m MODULE ARGS...    # as `python -m MODULE ARGS...`
 
 This process hands the zygote its stdin, stdout and stderr, arguments, environment and working
 directory; the forked child serves on them. Signals sent here (SIGTERM, SIGINT, SIGHUP, SIGQUIT) are
@@ -24,7 +25,11 @@ def main() -> int:
     except OSError as exc:
         print(f"forked.py: no zygote at {path}: {exc}", file=sys.stderr)
         return 1
-    request = {"script": os.path.abspath(script), "args": args, "env": dict(os.environ), "cwd": os.getcwd()}
+    request = {"args": args, "env": dict(os.environ), "cwd": os.getcwd()}
+    if script == "-m" and args:
+        request.update(module=args[0], args=args[1:])
+    else:
+        request["script"] = os.path.abspath(script)
     socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
     # The server holds stdin and stdout now: its reader sees the end of stdout when the server's copy closes.
     null = os.open(os.devnull, os.O_RDWR)

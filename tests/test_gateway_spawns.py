@@ -16,11 +16,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from orchestrator import AgentProfile, Gateway, GatewaySettings, MCPManager, ServerConfig, Settings
+from orchestrator import AgentProfile, Gateway, GatewaySettings, MCPManager, Settings
 from orchestrator._config import ToolSearchOverrides
 from orchestrator._launch import SpawnSummary, spawn_agent
 
-from .conftest import TESTS_DIR, forked_command, start_zygote, stop_zygote
+from .conftest import TESTS_DIR, forked_command, start_zygote, stop_zygote, time_server_config
 
 AGENTS = TESTS_DIR / "agents"
 CONCURRENT_SPAWNS = 20
@@ -53,7 +53,7 @@ async def warm(tmp_path_factory: pytest.TempPathFactory, zygote: str) -> AsyncIt
         "small": AgentProfile(command=command, timeout_s=60, tool_search=ToolSearchOverrides(threshold_tokens=0)),
         "big": AgentProfile(command=command, timeout_s=60, tool_search=ToolSearchOverrides(threshold_tokens=100_000)),
     }
-    time_server = ServerConfig(command=sys.executable, args=["-m", "mcp_server_time", "--local-timezone", "UTC"])
+    time_server = time_server_config("--local-timezone", "UTC")
     settings = Settings(
         mcp={"servers": {"time": time_server}, "cache_dir": tmp_path_factory.mktemp("cache")},
         agents=agents,
@@ -72,7 +72,7 @@ def _result(out: Path, task: str) -> dict:
 
 
 def _time_server_pids() -> set[int]:
-    """This process's children running mcp-server-time (read from /proc)."""
+    """This process's children running mcp-server-time: its launchers (tests/forked.py), from /proc."""
     pids = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -83,7 +83,7 @@ def _time_server_pids() -> set[int]:
         except OSError:
             continue
         parent = int(stat.rsplit(")", 1)[1].split()[1])
-        if parent == os.getpid() and b"mcp_server_time" in cmdline:
+        if parent == os.getpid() and b"-m\x00mcp_server_time\x00" in cmdline:  # its launcher; not the zygote
             pids.add(int(entry.name))
     return pids
 

@@ -9,7 +9,6 @@ it (a stand-in for a slow query embedding), handed in through the gateway's embe
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
@@ -29,7 +28,6 @@ from orchestrator import (
     Gateway,
     GatewaySettings,
     MCPManager,
-    ServerConfig,
     Settings,
     TaskHistory,
     ToolCatalog,
@@ -37,6 +35,8 @@ from orchestrator import (
 )
 from orchestrator._config import ToolSearchOverrides
 from orchestrator._planning import task_key
+
+from .conftest import time_server_config
 
 HELD_LIMIT_S = 30.0
 # A held search gives up after this long (it fails the test instead of hanging the worker thread).
@@ -112,7 +112,7 @@ class ThreadNotingHistory(TaskHistory):
 
 
 def worker_settings(cache_dir: Path, workers: int) -> Settings:
-    servers = {"time": ServerConfig(command=sys.executable, args=["-m", "mcp_server_time", "--local-timezone", "UTC"])}
+    servers = {"time": time_server_config("--local-timezone", "UTC")}
     agents = {AGENT: AgentProfile(tool_search=ToolSearchOverrides(threshold_tokens=0))}
     return Settings(
         mcp={"servers": servers, "cache_dir": cache_dir, "tool_search": {"ranking": "hybrid"}},

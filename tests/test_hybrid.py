@@ -30,7 +30,6 @@ from orchestrator import (
     Gateway,
     MCPManager,
     SemanticScorer,
-    ServerConfig,
     Settings,
     Telemetry,
     ToolCatalog,
@@ -45,7 +44,7 @@ from orchestrator.search._embedding.model import MODEL_SHA256
 from orchestrator.search._embedding.rules import entry_text
 from orchestrator.search._embedding.store import CACHE_NAME
 
-from .conftest import agent_search
+from .conftest import agent_search, time_server_config
 
 pytestmark = pytest.mark.usefixtures("embedding_models")
 
@@ -513,7 +512,7 @@ def test_vectors_go_under_the_cache_root_and_nothing_is_written_anywhere_else(tm
 # --------------------------------------------------------------------------- the gateway
 
 
-TIME_SERVER = ServerConfig(command=sys.executable, args=["-m", "mcp_server_time", "--local-timezone", "UTC"])
+TIME_SERVER = time_server_config("--local-timezone", "UTC")
 """The published mcp-server-time (2 tools: full mode unless the threshold forces search mode)."""
 
 

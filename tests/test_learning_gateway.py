@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,8 @@ from orchestrator._config import ToolSearchOverrides
 from orchestrator._store import MemoryStore
 from orchestrator._telemetry import SEARCH_CALL_RANK
 
+from .conftest import time_server_config
+
 pytestmark = pytest.mark.anyio
 
 REQUEST = "clock reading for a meeting, please"
@@ -48,7 +49,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 async def manager(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[MCPManager]:
-    time_server = ServerConfig(command=sys.executable, args=["-m", "mcp_server_time", "--local-timezone", "UTC"])
+    time_server = time_server_config("--local-timezone", "UTC")
     settings = Settings(mcp={"servers": {"time": time_server}, "cache_dir": tmp_path_factory.mktemp("cache")})
     async with MCPManager(settings) as live:
         yield live

@@ -33,13 +33,13 @@ from orchestrator import (
     TransportError,
 )
 
-from .conftest import REPO_ROOT, stdio_server_config
+from .conftest import REPO_ROOT, stdio_server_config, time_server_config
 
 HANGING_TIMEOUT_S = 1.5
 NO_RETRY_DURING_THE_MODULE = {"restart_backoff_s": 600.0, "restart_backoff_max_s": 600.0}
 """Failed servers are retried forever; the fleet's failing ones wait past the module's end, so the process
 counts of the cleanup tests see no retry of theirs."""
-TIME_SERVER = ServerConfig(command="python", args=["-m", "mcp_server_time", "--local-timezone", "UTC"])
+TIME_SERVER = time_server_config("--local-timezone", "UTC")
 
 
 @pytest.fixture(scope="module")

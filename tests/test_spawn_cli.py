@@ -19,6 +19,8 @@ from typer.testing import CliRunner
 
 from orchestrator._cli import app
 
+from .conftest import time_server_entry
+
 REPO = Path(__file__).resolve().parents[1]
 AGENT = REPO / "tests" / "agents" / "agent.py"
 ORCHESTRATOR = str(Path(sys.executable).with_name("orchestrator"))
@@ -39,7 +41,7 @@ def config(tmp_path: Path) -> Path:
     """A bernstein.yaml with mcp-server-time, a search-mode agent running tests/agents/agent.py, a free port."""
     data = {
         "mcp": {
-            "servers": {"time": {"command": "python", "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}},
+            "servers": {"time": time_server_entry("--local-timezone", "UTC")},
             "cache_dir": str(tmp_path / "cache"),
         },
         "agents": {

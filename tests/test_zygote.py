@@ -135,3 +135,13 @@ def test_a_script_that_handles_the_signal_ends_as_it_chooses(launch: Launch) -> 
     process.send_signal(signal.SIGTERM)
     assert process.stdout.readline().split() == ["got", str(int(signal.SIGTERM))]
     assert process.wait(timeout=10) == 7
+
+
+def test_a_module_runs_as_python_m_would_run_it(zygote: str, tmp_path: Path) -> None:
+    """`forked.py SOCKET -m MODULE ARGS` (how the published mcp-server-time starts): the module's `__main__`
+    with its arguments, stdin and exit status."""
+    command = forked_command(zygote, "-m", "json.tool", "--sort-keys")
+    done = subprocess.run(command, input='{"b": 1, "a": 2}', capture_output=True, text=True, cwd=tmp_path, timeout=30)
+    assert (done.returncode, done.stdout) == (0, '{\n    "a": 2,\n    "b": 1\n}\n')
+    failed = subprocess.run(command, input="not json", capture_output=True, text=True, cwd=tmp_path, timeout=30)
+    assert failed.returncode == 1 and "Expecting value" in failed.stderr

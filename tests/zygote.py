@@ -4,16 +4,17 @@ child per start.
 Importing the mcp SDK costs a test server or agent about 1.6 s of CPU before it does anything, and the
 suite starts over a hundred. Each start through `forked.py` (stdlib only, a few milliseconds) hands this
 process the launcher's stdin, stdout and stderr; a forked child takes them as its own and runs the script
-as `__main__` (a preloaded one through its `main()`), with the launcher's arguments, environment and
-working directory. Its exit status goes back to the launcher, which exits with it (or dies by the same
-signal); the signals a client sends the launcher are passed on, and a child whose launcher is gone
-(SIGKILL) kills itself. So the client sees one process that behaves as the script would, though not
+as `__main__` (a preloaded one through its `main()`), or a module as `python -m` would, with the
+launcher's arguments, environment and working directory. Its exit status goes back to the launcher, which
+exits with it (or dies by the same signal); the signals a client sends the launcher are passed on, and a
+child whose launcher is gone (SIGKILL) kills itself. So the client sees one process that behaves as the script would, though not
 the script's own process tree: tests that look at process trees start the scripts directly.
 
-    python tests/zygote.py SOCKET_PATH PRELOAD.py...   # prints "READY" once listening; exits when stdin closes
+    python tests/zygote.py SOCKET_PATH PRELOAD...   # prints "READY" once listening; exits when stdin closes
 
 Each PRELOAD.py is imported (its folder first on sys.path) and its `warm()`, if it has one, run: what
-every child would otherwise import or build itself (tests/servers/_serve.py, tests/agents/agent.py).
+every child would otherwise import or build itself (tests/servers/_serve.py, tests/agents/agent.py). A
+PRELOAD without `.py` is a module name, imported (the published `mcp_server_time`, run with `-m`).
 """
 
 from __future__ import annotations
@@ -36,9 +37,13 @@ REQUEST_BYTES = 1 << 20
 
 
 def _preload(paths: list[str]) -> dict[str, Any]:
-    """Import each file as a module (its folder first on sys.path) and run its `warm()`; by resolved path."""
+    """Import each file as a module (its folder first on sys.path) and run its `warm()`, and each module
+    name; the files' modules by resolved path."""
     modules = {}
     for path in paths:
+        if not path.endswith(".py"):
+            importlib.import_module(path)
+            continue
         file = Path(path).resolve()
         sys.path.insert(0, str(file.parent))
         module = importlib.import_module(file.stem)
@@ -55,17 +60,21 @@ def _child(conn: socket.socket, fds: list[int], request: dict[str, Any], preload
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
-    script = str(Path(request["script"]).resolve())
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
     threading.Thread(target=_die_with_launcher, args=(conn,), daemon=True).start()
-    sys.argv = [script, *request["args"]]
-    sys.path.insert(0, str(Path(script).parent))
+    module_name = request.get("module")
+    script = str(Path(request["script"]).resolve()) if module_name is None else ""
+    sys.argv = [script or module_name, *request["args"]]
+    if script:
+        sys.path.insert(0, str(Path(script).parent))
     code = 0
     try:
         module = preloaded.get(script)
-        if module is not None:
+        if module_name is not None:
+            runpy.run_module(module_name, run_name="__main__", alter_sys=True)
+        elif module is not None:
             code = module.main() or 0  # what it built at import is kept: that was the point of preloading it
         else:
             runpy.run_path(script, run_name="__main__")
