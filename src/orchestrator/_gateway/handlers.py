@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any, get_args
 
 import anyio
@@ -112,12 +112,18 @@ class GatewayHandlers:
         The client its MCP handshake names (`clientInfo.name`) gets that client's name budget and tool
         limit however it was started (a wrapper, `npx`, `bin/claude.exe`). None for a spawn whose
         credential has expired since."""
-        claims = ctx.request.scope.get(SCOPE_KEY) if isinstance(ctx.request, Request) else None
+        endpoint = self._endpoint(ctx.request.scope if isinstance(ctx.request, Request) else {})
+        return endpoint.for_client(client_of(ctx)) if endpoint is not None else None
+
+    def _endpoint(self, scope: Mapping[str, Any]) -> SpawnContext | None:
+        """The endpoint the router's claims on `scope` name (the gateway's own when none), before the
+        client's kind is applied; None for a spawn whose credential has expired."""
+        claims = scope.get(SCOPE_KEY)
         if claims is None:
-            return self.default.for_client(client_of(ctx))
+            return self.default
         if not isinstance(claims, SpawnClaims) or claims.remaining_s() <= 0:
             return None
-        return self._spawn_context(claims).for_client(client_of(ctx))
+        return self._spawn_context(claims)
 
     def input_schema(self, name: str) -> dict[str, Any] | None:
         """`name`'s input schema as last listed to the caller of the HTTP request being handled, for the
@@ -127,19 +133,14 @@ class GatewayHandlers:
         fails) when this caller has listed no such tool here, for example after listing on another replica.
         """
         scope = ROUTED_SCOPE.get(None)
-        if scope is None:
-            return None
-        claims = scope.get(SCOPE_KEY)
-        if claims is None:
-            context = self.default
-        elif isinstance(claims, SpawnClaims) and claims.remaining_s() > 0:
-            context = self._spawn_context(claims)
-        else:
+        context = self._endpoint(scope) if scope is not None else None
+        if context is None:
             return None
         # The variant that served this spawn's latest request first: it is the caller's client kind.
         for endpoint in (context.active, context, *context.variants.values()):
-            if endpoint is not None and name in endpoint.listed_schemas:
-                return endpoint.listed_schemas[name]
+            schema = endpoint.listed_schema(name) if endpoint is not None else None
+            if schema is not None:
+                return schema
         return None
 
     # ------------------------------------------------------------------ tools
@@ -317,5 +318,4 @@ def _listed_tools(context: SpawnContext) -> list[types.Tool]:
             else:
                 tools.append(to_mcp_tool(definition, provider=provider))
     context.listed = (plan.fingerprint, tools)
-    context.listed_schemas = {tool.name: tool.input_schema for tool in tools}
     return tools

@@ -196,8 +196,6 @@ class SpawnContext:
     plan: SpawnPlan | None = None
     listed: tuple[str, list[types.Tool]] | None = None
     """The tools last listed to this endpoint, by plan fingerprint."""
-    listed_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """The input schema of each tool last listed to this endpoint, by the name it was listed under."""
     legacy_sessions: dict[str, ServerSession] = field(default_factory=dict)
     """Handshake-era client sessions, told of tool-list changes by notification."""
     opened: float = field(default_factory=time.monotonic)
@@ -223,6 +221,11 @@ class SpawnContext:
             variant = self.variants[kind] = self.make_variant(self, kind)
         self.active = variant
         return variant
+
+    def listed_schema(self, name: str) -> dict[str, Any] | None:
+        """The input schema the tool `name` was last listed with here; None if it was not."""
+        tools = self.listed[1] if self.listed is not None else ()
+        return next((tool.input_schema for tool in tools if tool.name == name), None)
 
     def current_plan(self, *, record: bool = False) -> SpawnPlan:
         """The plan for the current catalog, re-planned only when the visible tools change. `record`: count
