@@ -5,7 +5,7 @@ run side by side (`SemanticScorer.embed_query`), and the evidence's vote over ea
 the blend is made (`LearnedEvidence.hybrid_with_vectors`).
 
     later = Background(work)      starts work() on a pool thread (inline once the pool refuses work)
-    later.result()                waits for it; its exception is raised here
+    later.result()                waits for it (or runs it here if it has not started); its exception is raised here
 """
 
 from __future__ import annotations
@@ -35,7 +35,11 @@ def _shared_pool() -> ThreadPoolExecutor:
 
 class Background(Generic[_T]):
     """`work()` on a pool thread, started at once; `result()` waits for it and re-raises its error.
-    Runs `work` inline when the pool no longer takes work (the interpreter is shutting down)."""
+
+    `result()` runs `work` itself when no pool thread has started it yet: with the pool busy with other
+    searches' work (a gateway's workers all searching), waiting would leave this thread idle in a queue
+    for work it can do now. Also inline when the pool no longer takes work (the interpreter is shutting
+    down)."""
 
     def __init__(self, work: Callable[[], _T]) -> None:
         self._work = work
@@ -46,6 +50,6 @@ class Background(Generic[_T]):
             self._future = None
 
     def result(self) -> _T:
-        if self._future is None:
+        if self._future is None or self._future.cancel():  # cancel() succeeds only if it has not started
             return self._work()
         return self._future.result()
