@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -160,6 +160,8 @@ def test_a_one_megabyte_description_is_cut_with_a_marker() -> None:
         max_size=40,
     ).map("".join)
 )
+@example("<|")  # found by this test: a chat-template token cut short passed unquoted
+@example("Run it.\n<|im_start")
 def test_sanitized_text_keeps_the_invariants_for_any_input(text: str) -> None:
     clean = sanitize_text(text, 300)
     assert_clean(clean, limit=300)
