@@ -121,21 +121,27 @@ def server_script(name: str) -> str:
     return str(path)
 
 
-FORKED_SERVERS = frozenset(("basic.py", "changing.py", "features.py", "paged.py", "rugpull.py", "tasks.py"))
+TIME_SERVER = "mcp_server_time"
+"""The published time server (PyPI's mcp-server-time): a server "script" that is run as `python -m`."""
+FORKED_SERVERS = frozenset(
+    ("basic.py", "changing.py", "features.py", "paged.py", "rugpull.py", "tasks.py", TIME_SERVER)
+)
 """The SDK servers started through the zygote by default (tests/zygote.py): the others import no
 SDK (hanging.py, hostile.py) or are about their own processes (crashy.py, escaping.py, garbage.py)."""
 ZYGOTE_START_TIMEOUT_S = 60.0
 
 
 def server_command(script: str, *args: str, forked: bool | None = None) -> list[str]:
-    """The command that runs a test server: through this worker's zygote for FORKED_SERVERS (a child
-    forked from a process that imported the SDK once; it behaves as the script's own process), or the
-    script under this interpreter. `forked=False` for a test that looks at the server's process tree."""
+    """The command that runs a test server (a file of tests/servers, or TIME_SERVER as `python -m`):
+    through this worker's zygote for FORKED_SERVERS (a child forked from a process that imported the SDK
+    once; it behaves as the script's own process), or under this interpreter. `forked=False` for a test
+    that looks at the server's process tree."""
     if forked is None:
         forked = script in FORKED_SERVERS
+    target = ["-m", script] if script == TIME_SERVER else [server_script(script)]
     if not forked:
-        return [sys.executable, server_script(script), *args]
-    return forked_command(_zygote(), server_script(script), *args)
+        return [sys.executable, *target, *args]
+    return forked_command(_zygote(), *target, *args)
 
 
 def forked_command(socket_path: str, script: str | Path, *args: str) -> list[str]:
@@ -153,30 +159,6 @@ def stdio_server_config(script: str, *args: str, forked: bool | None = None, **o
 def server_entry(script: str, *args: str, forked: bool | None = None, **extra: Any) -> dict[str, Any]:
     """A test server's entry under `servers:` in a bernstein.yaml (`server_command`)."""
     command, *arguments = server_command(script, *args, forked=forked)
-    return {"command": command, "args": arguments, **extra}
-
-
-TIME_SERVER_MODULE = "mcp_server_time"
-"""The published time server (PyPI's mcp-server-time), run as `python -m mcp_server_time`."""
-
-
-def time_server_command(*args: str, forked: bool = True) -> list[str]:
-    """The command that runs the published time server: `python -m mcp_server_time ARGS`, as a child of this
-    worker's zygote (which imported the package once) unless `forked=False`."""
-    if not forked:
-        return [sys.executable, "-m", TIME_SERVER_MODULE, *args]
-    return forked_command(_zygote(), "-m", TIME_SERVER_MODULE, *args)
-
-
-def time_server_config(*args: str, forked: bool = True, **overrides: Any) -> ServerConfig:
-    """A stdio `ServerConfig` running the published time server (`time_server_command`)."""
-    command, *arguments = time_server_command(*args, forked=forked)
-    return ServerConfig(transport="stdio", command=command, args=arguments, **overrides)
-
-
-def time_server_entry(*args: str, forked: bool = True, **extra: Any) -> dict[str, Any]:
-    """The published time server's entry under `servers:` in a bernstein.yaml (`time_server_command`)."""
-    command, *arguments = time_server_command(*args, forked=forked)
     return {"command": command, "args": arguments, **extra}
 
 
@@ -219,7 +201,7 @@ def _zygote() -> str:
     if _zygote_socket is None:
         folder = tempfile.mkdtemp(prefix="zygote-")  # short: a unix socket path has at most 107 bytes
         path = os.path.join(folder, "servers.sock")
-        process = start_zygote(path, TEST_SERVERS_DIR / "_serve.py", TIME_SERVER_MODULE)
+        process = start_zygote(path, TEST_SERVERS_DIR / "_serve.py", TIME_SERVER)
         atexit.register(stop_zygote, process)
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
         _zygote_socket = path

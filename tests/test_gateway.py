@@ -38,7 +38,7 @@ from orchestrator._config import ToolSearchOverrides
 from orchestrator._gateway.addresses import check_bind, is_loopback, mcp_config
 from orchestrator._tokens import count_definition_tokens
 
-from .conftest import stdio_server_config, time_server_config
+from .conftest import TIME_SERVER, stdio_server_config
 
 CHANGE_SEEN_S = 3.0
 """list_changed must reach a client promptly; generous for two busy cores (the manager's own bound is 1 s)."""
@@ -55,7 +55,7 @@ def anyio_backend() -> str:
 
 def gateway_settings(cache_dir: Path, **gateway: Any) -> Settings:
     servers = {
-        "time": time_server_config("--local-timezone", "UTC"),
+        "time": stdio_server_config(TIME_SERVER, "--local-timezone", "UTC"),
         # on_change accept: tools it adds are offered at once (the default holds them until approved).
         "changing": stdio_server_config("changing.py", on_change="accept"),
     }

@@ -50,7 +50,7 @@ from orchestrator.search._embedding.model import EXTRA_MODULES
 from orchestrator.search._embedding.rules import entry_text
 from orchestrator.search._embedding.store import CACHE_NAME
 
-from .conftest import time_server_entry
+from .conftest import TIME_SERVER, server_entry
 
 pytestmark = pytest.mark.anyio
 
@@ -82,7 +82,7 @@ def _free_port() -> int:
 def _config(folder: Path, cache: Path, store_url: str | None) -> Path:
     data: dict[str, Any] = {
         "mcp": {
-            "servers": {"time": time_server_entry("--local-timezone", "UTC")},
+            "servers": {"time": server_entry(TIME_SERVER, "--local-timezone", "UTC")},
             "cache_dir": str(cache),
             # Replication is under test, not ranking: lexical ranking and an exact tool name answer the same
             # at once however loaded the machine is (hybrid may fall back while its models load).

@@ -44,7 +44,7 @@ from orchestrator._gateway.auth import AUDIENCE, RuntimeFile
 from orchestrator._launch import spawn_agent
 from orchestrator._meta_tools import NAME_ECHO_CHARS, SEARCH_LIMIT_MAX
 
-from .conftest import stdio_server_config, time_server_config
+from .conftest import TIME_SERVER, stdio_server_config
 
 pytestmark = pytest.mark.anyio
 
@@ -64,7 +64,7 @@ def anyio_backend() -> str:
 
 def security_settings(cache_dir: Path, **gateway: Any) -> Settings:
     servers = {
-        "time": time_server_config("--local-timezone", "UTC"),
+        "time": stdio_server_config(TIME_SERVER, "--local-timezone", "UTC"),
         "basic": stdio_server_config("basic.py", "--tools", str(EXTRA_TOOLS)),
     }
     agents = {
@@ -470,7 +470,7 @@ async def test_a_squatter_on_the_port_gets_no_secret_and_the_spawn_goes_cold(
     )
     settings = Settings(
         mcp={
-            "servers": {"time": time_server_config()},
+            "servers": {"time": stdio_server_config(TIME_SERVER)},
             "cache_dir": tmp_path / "cache",
         },
         agents={"probe": AgentProfile(command=[sys.executable, "-c", agent_code, str(probe)], timeout_s=60)},

@@ -20,7 +20,7 @@ from orchestrator import AgentProfile, Gateway, GatewaySettings, MCPManager, Set
 from orchestrator._config import ToolSearchOverrides
 from orchestrator._launch import SpawnSummary, spawn_agent
 
-from .conftest import TESTS_DIR, forked_command, start_zygote, stop_zygote, time_server_config
+from .conftest import TESTS_DIR, TIME_SERVER, forked_command, start_zygote, stdio_server_config, stop_zygote
 
 AGENTS = TESTS_DIR / "agents"
 CONCURRENT_SPAWNS = 20
@@ -53,7 +53,7 @@ async def warm(tmp_path_factory: pytest.TempPathFactory, zygote: str) -> AsyncIt
         "small": AgentProfile(command=command, timeout_s=60, tool_search=ToolSearchOverrides(threshold_tokens=0)),
         "big": AgentProfile(command=command, timeout_s=60, tool_search=ToolSearchOverrides(threshold_tokens=100_000)),
     }
-    time_server = time_server_config("--local-timezone", "UTC")
+    time_server = stdio_server_config(TIME_SERVER, "--local-timezone", "UTC")
     settings = Settings(
         mcp={"servers": {"time": time_server}, "cache_dir": tmp_path_factory.mktemp("cache")},
         agents=agents,

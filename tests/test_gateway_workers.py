@@ -36,7 +36,7 @@ from orchestrator import (
 from orchestrator._config import ToolSearchOverrides
 from orchestrator._planning import task_key
 
-from .conftest import time_server_config
+from .conftest import TIME_SERVER, stdio_server_config
 
 HELD_LIMIT_S = 30.0
 # A held search gives up after this long (it fails the test instead of hanging the worker thread).
@@ -112,7 +112,7 @@ class ThreadNotingHistory(TaskHistory):
 
 
 def worker_settings(cache_dir: Path, workers: int) -> Settings:
-    servers = {"time": time_server_config("--local-timezone", "UTC")}
+    servers = {"time": stdio_server_config(TIME_SERVER, "--local-timezone", "UTC")}
     agents = {AGENT: AgentProfile(tool_search=ToolSearchOverrides(threshold_tokens=0))}
     return Settings(
         mcp={"servers": servers, "cache_dir": cache_dir, "tool_search": {"ranking": "hybrid"}},

@@ -44,7 +44,7 @@ from orchestrator.search._embedding.model import MODEL_SHA256
 from orchestrator.search._embedding.rules import entry_text
 from orchestrator.search._embedding.store import CACHE_NAME
 
-from .conftest import agent_search, time_server_config
+from .conftest import TIME_SERVER, agent_search, stdio_server_config
 
 pytestmark = pytest.mark.usefixtures("embedding_models")
 
@@ -512,7 +512,6 @@ def test_vectors_go_under_the_cache_root_and_nothing_is_written_anywhere_else(tm
 # --------------------------------------------------------------------------- the gateway
 
 
-TIME_SERVER = time_server_config("--local-timezone", "UTC")
 """The published mcp-server-time (2 tools: full mode unless the threshold forces search mode)."""
 
 
@@ -529,7 +528,7 @@ async def test_the_gateway_embeds_its_catalog_when_it_starts_so_the_first_search
     the first spawn is then ranked by meaning, with nothing left to embed but its query."""
     settings = Settings(
         mcp={
-            "servers": {"time": TIME_SERVER},
+            "servers": {"time": stdio_server_config(TIME_SERVER, "--local-timezone", "UTC")},
             "cache_dir": tmp_path / "cache",
             "tool_search": {"threshold_tokens": 0, "embedding_timeout_ms": 10_000},
         }
@@ -559,7 +558,12 @@ async def test_the_gateway_embeds_its_catalog_when_it_starts_so_the_first_search
 async def test_a_full_mode_gateway_embeds_nothing(
     loaded: EmbeddingRuntime, model: SemanticScorer, tmp_path: Path
 ) -> None:
-    settings = Settings(mcp={"servers": {"time": TIME_SERVER}, "cache_dir": tmp_path / "cache"})  # 2 tools: full
+    settings = Settings(
+        mcp={
+            "servers": {"time": stdio_server_config(TIME_SERVER, "--local-timezone", "UTC")},
+            "cache_dir": tmp_path / "cache",
+        }
+    )  # 2 tools: full
     before = model.texts_embedded
     async with MCPManager(settings) as manager:
         gateway = Gateway(settings, manager, embeddings=loaded)

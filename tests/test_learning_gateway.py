@@ -33,7 +33,7 @@ from orchestrator._config import ToolSearchOverrides
 from orchestrator._store import MemoryStore
 from orchestrator._telemetry import SEARCH_CALL_RANK
 
-from .conftest import time_server_config
+from .conftest import TIME_SERVER, stdio_server_config
 
 pytestmark = pytest.mark.anyio
 
@@ -49,7 +49,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 async def manager(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[MCPManager]:
-    time_server = time_server_config("--local-timezone", "UTC")
+    time_server = stdio_server_config(TIME_SERVER, "--local-timezone", "UTC")
     settings = Settings(mcp={"servers": {"time": time_server}, "cache_dir": tmp_path_factory.mktemp("cache")})
     async with MCPManager(settings) as live:
         yield live

@@ -33,13 +33,12 @@ from orchestrator import (
     TransportError,
 )
 
-from .conftest import REPO_ROOT, stdio_server_config, time_server_config
+from .conftest import REPO_ROOT, TIME_SERVER, stdio_server_config
 
 HANGING_TIMEOUT_S = 1.5
 NO_RETRY_DURING_THE_MODULE = {"restart_backoff_s": 600.0, "restart_backoff_max_s": 600.0}
 """Failed servers are retried forever; the fleet's failing ones wait past the module's end, so the process
 counts of the cleanup tests see no retry of theirs."""
-TIME_SERVER = time_server_config("--local-timezone", "UTC")
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +62,7 @@ async def fleet(
             "stdio": stdio_server_config("basic.py", call_timeout_s=1.0, env={"BASIC_SERVER_TAG": "from-config"}),
             "http": ServerConfig(transport="http", url=basic_http_url, headers={"X-Test": "yes"}),
             "sse": ServerConfig(transport="sse", url=basic_sse_url),
-            "time": TIME_SERVER,
+            "time": stdio_server_config(TIME_SERVER, "--local-timezone", "UTC"),
             "paged": stdio_server_config("paged.py"),
             "noisy": stdio_server_config("garbage.py"),
             "hanging": stdio_server_config(
@@ -591,7 +590,7 @@ async def test_a_changed_config_does_not_reuse_the_cached_list(tmp_path: Path) -
 
 
 def test_selecting_an_unknown_server_is_an_error_naming_the_known_ones() -> None:
-    settings = Settings(mcp=MCPSettings(servers={"time": TIME_SERVER}))
+    settings = Settings(mcp=MCPSettings(servers={"time": stdio_server_config(TIME_SERVER, "--local-timezone", "UTC")}))
     with pytest.raises(ServerError, match=r"server 'tyme': not configured \(no mcp.servers.tyme\); known: time"):
         MCPManager(settings, servers=["tyme"])
 

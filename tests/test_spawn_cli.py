@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from orchestrator._cli import app
 
-from .conftest import time_server_entry
+from .conftest import TIME_SERVER, server_entry
 
 REPO = Path(__file__).resolve().parents[1]
 AGENT = REPO / "tests" / "agents" / "agent.py"
@@ -41,7 +41,7 @@ def config(tmp_path: Path) -> Path:
     """A bernstein.yaml with mcp-server-time, a search-mode agent running tests/agents/agent.py, a free port."""
     data = {
         "mcp": {
-            "servers": {"time": time_server_entry("--local-timezone", "UTC")},
+            "servers": {"time": server_entry(TIME_SERVER, "--local-timezone", "UTC")},
             "cache_dir": str(tmp_path / "cache"),
         },
         "agents": {
