@@ -173,19 +173,17 @@ def test_odd_input_never_raises() -> None:
     assert scan_tool({"name": "t", "inputSchema": deep}) == ()
 
 
-@pytest.mark.parametrize("numpy_from", [0, 10**9])
 @pytest.mark.parametrize("length", [5, 300, 20000])
-def test_every_anchor_occurrence_is_found_as_str_find_finds_it(length: int, numpy_from: int) -> None:
-    """The literal search (through numpy, or a `str.find` per literal) finds every occurrence: overlapping
-    ones, ones at either end, next to non-ASCII characters, literals of 1 to 11 characters."""
+def test_every_anchor_occurrence_is_found_as_str_find_finds_it(length: int) -> None:
+    """The literal search finds every occurrence, at character offsets: overlapping ones, ones at either end,
+    next to non-ASCII characters (and of non-ASCII literals), literals of 1 to 11 characters."""
     import random
 
     from orchestrator.protocols.mcp._literals import INDEX_BITS, Literals
 
     words = ["user", "you", "env", "__", "_tool", "priorit", "prior", "instruction", " tool", "id_", "é", "\U0001f600"]
     literals = Literals(
-        ["user", "us", "you", "env", ".env", "__", "_", "_tool", "prior", "priorit", "instruction", "tool", "\n\n"],
-        numpy_from=numpy_from,
+        ["user", "us", "you", "env", ".env", "__", "_", "_tool", "prior", "priorit", "instruction", "tool", "\n\n", "é"]
     )
     rng = random.Random(length)
     parts: list[str] = []
