@@ -469,8 +469,6 @@ _ACT_AS = re.compile(
 
 def _act_as(doc: _Doc, pos: int) -> Hit | None:
     low = doc.low
-    if low.startswith("you", pos) and not low.startswith(("you are", "you're", "you\u2019re"), pos):
-        return None  # the 'you' anchor: only 'you are ...' starts a persona
     found = _ACT_AS.search(low, max(0, pos - 8), pos + 80)
     return doc.hit("role-marker", found.start(), found.end() + 80) if found else None
 
@@ -1275,7 +1273,9 @@ ANCHORS: tuple[tuple[str, tuple[Check, ...]], ...] = (
     ("developer", (_persona,)),
     ("act as", (_act_as,)),
     ("from this", (_act_as,)),
-    ("you", (_act_as,)),
+    ("you are", (_act_as,)),  # only 'you are ...' starts a persona: not every 'you'
+    ("you're", (_act_as,)),
+    ("you\u2019re", (_act_as,)),
     (" now", (_act_as,)),
     ("ignor", (_override, _privilege)),
     ("forget", (_override,)),
