@@ -148,25 +148,26 @@ class _Text:
     def add_tool(self, index: int, tool: dict[str, Any]) -> None:
         strings: list[str] = []
         self._visit(index, tool, "", 0, strings)
-        # Each string to its channel, in the walk's order: prose as it is; identifiers once per tool, lowercased.
-        seen: set[str] = set()
+        # Each distinct string to its channel, in the walk's order (a string twice in one tool is one finding):
+        # prose as it is, identifiers lowercased.
+        identifiers: list[str] = []
         prose, prose_origins = self._prose_parts, self._prose_origins
-        names, name_origins = self._name_parts, self._name_origins
-        for value in strings:
+        for value in dict.fromkeys(strings):
             if len(value) > rules.IDENTIFIER_CHARS or " " in value or "\n" in value:
                 prose.append(rules.without_separators(value))
                 prose_origins.append((index, value))
-            elif value not in seen:
-                seen.add(value)
-                if value.isascii() and value.isprintable():
-                    names.append(value.lower())
-                    name_origins.append((index, value))
-                else:
-                    if not value.isascii():
-                        self.foreign.append((index, value))
-                    prose.append(rules.without_separators(value))
-                    prose_origins.append((index, value))
-        self.own.update(map(str.lower, seen))
+            elif value.isascii() and value.isprintable():
+                identifiers.append(value)
+            else:
+                if not value.isascii():
+                    self.foreign.append((index, value))
+                prose.append(rules.without_separators(value))
+                prose_origins.append((index, value))
+                self.own.add(value.lower())
+        lowered = [identifier.lower() for identifier in identifiers]
+        self._name_parts += lowered
+        self._name_origins += zip(itertools.repeat(index), identifiers)
+        self.own.update(lowered)
 
     def _visit(self, index: int, node: dict[str, Any] | list[Any], parent: str, depth: int, out: list[str]) -> None:
         """Every string of `node` (keys, and values but JSON-schema words) onto `out`, in document order."""
