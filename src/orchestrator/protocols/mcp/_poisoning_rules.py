@@ -1076,25 +1076,28 @@ def without_separators(text: str) -> str:
 
 
 def _invisible(raw: str) -> Iterator[Hit]:
-    """Characters a person does not see but a model reads: the first control character, and the first
-    invisible one (`_first_invisible`)."""
+    """Characters a person does not see but a model reads: in every string of the text, its first control
+    character and its first invisible one (`_invisibles`), so each tool hiding text is flagged, not only
+    the listing's first."""
     # One byte per character (Latin-1, '?' beyond it), so the controls, all below U+00A0, keep their place.
-    control = raw.encode("latin-1", "replace").translate(_CONTROL_FLAGS).find(1)
-    if control >= 0:
+    flags = raw.encode("latin-1", "replace").translate(_CONTROL_FLAGS)
+    control = flags.find(1)
+    while control >= 0:
         yield Hit("invisible-text", control, _around(raw, control))
-    index = -1 if raw.isascii() else _first_invisible(raw)
-    if index >= 0:
-        yield Hit("invisible-text", index, _around(raw, index))
+        control = flags.find(1, _string_end(raw, control))
+    if not raw.isascii():
+        for index in _invisibles(raw):
+            yield Hit("invisible-text", index, _around(raw, index))
 
 
 _CONTROL_FLAGS = bytes(1 if _CONTROL.match(chr(byte)) else 0 for byte in range(256))
 """1 for the bytes `_CONTROL` matches, 0 for the others (a `bytes.translate` table)."""
 
 
-def _first_invisible(raw: str) -> int:
-    """Where the first invisible character is, or -1. An emoji's joiner or presentation selector (👨‍💻, ⚠️)
-    belongs to the emoji, and a byte-order mark opening a string is an encoding artefact. Only the
-    strings with non-ASCII characters are read."""
+def _invisibles(raw: str) -> Iterator[int]:
+    """Where the first invisible character of each string is. An emoji's joiner or presentation selector
+    (👨‍💻, ⚠️) belongs to the emoji, and a byte-order mark opening a string is an encoding artefact. Only
+    the strings with non-ASCII characters are read."""
     offset = 0
     for part in raw.split(SEPARATOR):
         if not part.isascii():
@@ -1106,9 +1109,15 @@ def _first_invisible(raw: str) -> int:
                         continue
                 if char == "\ufeff" and (index == 0 or raw[index - 1] in "\n\x00"):
                     continue
-                return index
+                yield index
+                break
         offset += len(part) + len(SEPARATOR)
-    return -1
+
+
+def _string_end(raw: str, index: int) -> int:
+    """Where the string of the scanned text holding `index` ends (its separator, or the text's end)."""
+    end = raw.find(SEPARATOR, index)
+    return len(raw) if end < 0 else end
 
 
 def _is_symbol(char: str) -> bool:
@@ -1116,9 +1125,11 @@ def _is_symbol(char: str) -> bool:
 
 
 def _around(raw: str, index: int) -> str:
-    """The visible text around an invisible character, with the character named."""
+    """The visible text around an invisible character, within its string, with the character named."""
     name = unicodedata.name(raw[index], f"U+{ord(raw[index]):04X}")
-    return f"{name} in {raw[max(0, index - 40) : index + 40]!r}"
+    start = raw.rfind(SEPARATOR, 0, index)
+    start = max(0 if start < 0 else start + len(SEPARATOR), index - 40)
+    return f"{name} in {raw[start : min(_string_end(raw, index), index + 40)]!r}"
 
 
 # ---------------------------------------------------------------------------------------------- encodings
@@ -1130,21 +1141,20 @@ _BASE64_MARKS = ("IG", "IH", "CB", "Cg")
 
 
 def _encoded(doc: _Doc) -> Iterator[Hit]:
-    """Hex or base64 runs that decode to text with an instruction in it (read again by every rule).
-    Hex-encoded prose is full of ' 20 ' (its spaces)."""
+    """Hex or base64 runs that decode to text with an instruction in it (read again by every rule), the
+    first of each kind in every string. Hex-encoded prose is full of ' 20 ' (its spaces)."""
     low, raw = doc.low, doc.raw
     pos = low.find(" 20 ")
     while pos != -1:
         run = _HEX_RUN.search(low, max(0, pos - 3 * ENCODED_MIN), pos + 3 * ENCODED_MIN)
-        if run is not None:
-            digits = re.sub(r"[\s,:]", "", run.group(0))
-            hit = _decoded_hit(bytes.fromhex(digits[: len(digits) // 2 * 2]), run.start(), doc.own)
-            if hit is not None:
-                yield hit
-                break
-            pos = low.find(" 20 ", run.end())
-        else:
+        if run is None:
             pos = low.find(" 20 ", pos + 4)
+            continue
+        digits = re.sub(r"[\s,:]", "", run.group(0))
+        hit = _decoded_hit(bytes.fromhex(digits[: len(digits) // 2 * 2]), run.start(), doc.own)
+        if hit is not None:
+            yield hit
+        pos = low.find(" 20 ", run.end() if hit is None else _string_end(raw, run.end()))
     for marker in _BASE64_MARKS:
         pos = raw.find(marker)
         while pos != -1:
@@ -1156,8 +1166,7 @@ def _encoded(doc: _Doc) -> Iterator[Hit]:
             hit = _base64_hit(raw[start:end], start, doc.own) if end - start >= ENCODED_MIN else None
             if hit is not None:
                 yield hit
-                return
-            pos = raw.find(marker, end)
+            pos = raw.find(marker, end if hit is None else _string_end(raw, end))
 
 
 def _base64_hit(token: str, start: int, own: set[str]) -> Hit | None:
