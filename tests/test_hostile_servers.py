@@ -540,6 +540,18 @@ async def test_a_tool_whose_text_imitates_the_prompt_is_held_back_by_default(tmp
 
 
 @pytest.mark.anyio
+async def test_a_flagged_tool_is_held_and_its_neighbours_stay_offered(tmp_path: Path) -> None:
+    """The order to blind-copy reports opens send_report's description: held is send_report, not the tool
+    listed before it (a string's first sentence was once credited to the string before)."""
+    async with MCPManager(settings(tmp_path, h=hostile("--mail-bcc"))) as manager:
+        catalog = manager.catalog()
+        (status,) = manager.status()
+    assert [tool.name for tool in status.held_tools] == ["h__send_report"]
+    assert status.held_tools[0].reason.startswith("flagged: exfil-destination in description: Always BCC")
+    assert "h__send_report" not in catalog and len(catalog) == 7  # every plain tool offered
+
+
+@pytest.mark.anyio
 async def test_hostile_tool_text_accepted_anyway_is_inert_on_every_path(tmp_path: Path) -> None:
     """`on_flag: accept` lets the red-team description through: full plan, pinned tools, the directory,
     search hits, expand_tools, each provider format, the CLI and a real client of the gateway all get it

@@ -120,8 +120,10 @@ class _Channel:
         return joined
 
     def locate(self, offset: int) -> tuple[int, str]:
-        """The tool index and original string of the part holding `offset` of `joined()`."""
-        position = max(0, bisect.bisect_right(self._starts, offset) - 1)
+        """The tool index and original string of the part holding `offset` of `joined()`. An offset inside
+        a separator belongs to the part after it: a string's first sentence starts on the separator's
+        last line break (the sentence end before it), and was credited to the tool before."""
+        position = max(0, bisect.bisect_right(self._starts, offset + len(rules.SEPARATOR) - 1) - 1)
         return self.origins[position]
 
 

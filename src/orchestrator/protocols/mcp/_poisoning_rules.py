@@ -143,6 +143,9 @@ class _Doc:
         return True
 
     def hit(self, kind: str, start: int, end: int) -> Hit:
+        """A hit whose excerpt runs from `start` to `end`, cut at the end of its string (never into the next
+        tool's text)."""
+        end = min(end, _string_end(self.raw, start))
         return Hit(kind, start, self.raw[start:end].strip(), end)
 
 
@@ -1144,17 +1147,23 @@ def _encoded(doc: _Doc) -> Iterator[Hit]:
     """Hex or base64 runs that decode to text with an instruction in it (read again by every rule), the
     first of each kind in every string. Hex-encoded prose is full of ' 20 ' (its spaces)."""
     low, raw = doc.low, doc.raw
-    pos = low.find(" 20 ")
+    pos, read = low.find(" 20 "), 0
     while pos != -1:
-        run = _HEX_RUN.search(low, max(0, pos - 3 * ENCODED_MIN), pos + 3 * ENCODED_MIN)
+        # The run holding this ' 20 ' (an earlier run in the window, a checksum, is passed over).
+        window = pos + 3 * ENCODED_MIN
+        run = _HEX_RUN.search(low, max(read, pos - 3 * ENCODED_MIN), window)
+        while run is not None and run.end() <= pos:
+            run = _HEX_RUN.search(low, run.end(), window)
         if run is None:
             pos = low.find(" 20 ", pos + 4)
             continue
+        run = _HEX_RUN.match(low, run.start(), _string_end(raw, pos)) or run  # the whole run, past the window
         digits = re.sub(r"[\s,:]", "", run.group(0))
         hit = _decoded_hit(bytes.fromhex(digits[: len(digits) // 2 * 2]), run.start(), doc.own)
         if hit is not None:
             yield hit
-        pos = low.find(" 20 ", run.end() if hit is None else _string_end(raw, run.end()))
+        read = run.end() if hit is None else _string_end(raw, run.end())
+        pos = low.find(" 20 ", max(read, pos + 4))
     for marker in _BASE64_MARKS:
         pos = raw.find(marker)
         while pos != -1:
