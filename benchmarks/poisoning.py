@@ -7,8 +7,9 @@ written for this project in other words (tests/data/poisoning, sources in its RE
 of ../shared/data/catalogs (590) and catalog-variants, each listing scanned as a server lists it.
 
 Time: CPU time (`time.process_time`, best of RUNS) of `scan_tools` over each of the 29 real listings, cold
-(nothing cached between runs), next to a reference workload measured in the same run (80 substring counts
-over the same text) so a figure taken on a busy machine can be read against an idle one.
+(nothing cached between runs), next to a reference workload measured in the same run, each of its runs
+right after one of the scan's (80 substring counts over the same text), so a figure taken on a busy or
+drifting machine can be read against an idle one.
 
 Targets: 0 false positives; under 50 ms for the 590 tools.
 """
@@ -32,7 +33,7 @@ from tests.poisoning_corpus import load
 from orchestrator.protocols.mcp._catalog import read_snapshot
 from orchestrator.protocols.mcp._poisoning import scan_tools
 
-RUNS = 9
+RUNS = 15
 OWN = REPO / "tests" / "data" / "poisoning"
 SETS = (
     ("published", DATA / "poisoning" / "published-attacks.jsonl"),
@@ -85,10 +86,13 @@ def main() -> int:
     for line in flagged:
         print(f"  {line}")
 
-    best = min(_timed(lambda: [scan_tools(listing) for listing in listings]) for _ in range(RUNS))
     text = "\n".join(json.dumps(listing) for listing in listings).lower()
     words = ["user", "when", "other", "before", "token", "secret", "ignor", "system", "passw", "instruction"] * 8
-    reference = min(_timed(lambda: [text.count(word) for word in words]) for _ in range(RUNS))
+    # Alternated, so that both see the same machine: its speed drifts by up to 1.7x over tens of seconds.
+    best = reference = float("inf")
+    for _ in range(RUNS):
+        best = min(best, _timed(lambda: [scan_tools(listing) for listing in listings]))
+        reference = min(reference, _timed(lambda: [text.count(word) for word in words]))
     print(f"\nscan of the {tools} real tools (29 listings): {best * 1000:.1f} ms CPU (best of {RUNS})")
     print(f"reference, 80 substring counts over the same JSON: {reference * 1000:.1f} ms CPU")
     return report_targets(
