@@ -728,13 +728,6 @@ _DECEIVE = re.compile(
 )
 
 
-_CONCEAL_WORDS = frozenset(
-    "not never without no avoid nor hide hiding conceal concealing keep withhold silently quietly secretly covertly "
-    "discreetly stealthily invisibly if though like pretend omit exclude leave skip drop".split()
-)
-"""Words one of the concealment patterns needs: a sentence without any is not read further."""
-
-
 @_per_sentence("conceal")
 def _conceal(doc: _Doc, start: int, end: int) -> Hit | None:
     """Hide it from the user: 'do not mention this to the user', 'without informing the user', 'keep this to
