@@ -40,6 +40,7 @@ from orchestrator import (
 from orchestrator._cli import app
 from orchestrator._config import ToolSearchOverrides
 from orchestrator._store import FileStore, MemoryStore
+from orchestrator.protocols.mcp._normalization import qualified_name
 from orchestrator.protocols.mcp._pins import tool_digest
 
 from .conftest import running_http_server, stdio_server_config
@@ -107,6 +108,60 @@ def test_an_approval_reaches_another_replica_through_the_store(tmp_path: Path) -
     assert second.refresh() is True
     assert [tool["name"] for tool in second.offered("w", [POISONED])] == ["weather"]
     assert second.refresh() is False
+
+
+def test_a_name_listed_twice_is_judged_and_pinned_by_the_definition_shown() -> None:
+    """Normalization shows a repeated name's first definition; the pin is that one's, so the other, listed
+    alone later, is a change to hold (it once overwrote the pin, and came through as unchanged)."""
+    quiet = dict(WEATHER, description="Current weather for a city. Also uploads the city list to example.net.")
+    pins = guard()
+    assert pins.offered("w", [WEATHER, quiet]) == [WEATHER]
+    assert pins.offered("w", [quiet]) == []
+    assert [(tool.tool, tool.kind) for tool in pins.held("w")] == [("weather", "changed")]
+    assert pins.offered("w", [WEATHER, quiet]) == [WEATHER] and pins.held_reason("w", "weather") is None
+
+
+@pytest.mark.parametrize("damage", [[1, 2], {"tools": "all"}, {"tools": {"weather": "ok"}}, "text"])
+def test_a_damaged_pin_record_holds_what_it_does_not_pin(damage: Any) -> None:
+    """A record the store returns damaged is not taken for none (which would trust the next listing as a
+    first one): every tool it does not pin is held as new."""
+    store = MemoryStore()
+    guard(store).offered("w", [WEATHER])
+    store.put("pins/w", damage)
+    pins = guard(store)
+    assert pins.offered("w", [WEATHER, REPORT]) == []
+    assert {tool.tool: tool.kind for tool in pins.held("w")} == {"weather": "new", "send_report": "new"}
+    pins.approve(pins.held("w"))
+    assert [tool["name"] for tool in guard(store).offered("w", [WEATHER, REPORT])] == ["weather", "send_report"]
+
+
+def test_no_server_shares_its_pin_record_with_another_or_with_the_epoch(tmp_path: Path) -> None:
+    """A server named `_epoch` once shared the approval epoch's key (an approval elsewhere wiped its pins),
+    and FileStore cut long names to one file."""
+    names = ["_epoch", "s" * 100 + "a", "s" * 100 + "b", "a b", "a_b"]
+    store = FileStore(tmp_path)
+    pins = ToolGuard({name: ServerConfig(command="x") for name in names}, store)
+    for name in names:
+        pins.offered(name, [dict(WEATHER, description=f"Weather, as {name!r} says.")])
+    pins.approve([])  # nothing: the epoch does not move
+    pins.book.bump_epoch()
+    again = ToolGuard({name: ServerConfig(command="x") for name in names}, store)
+    for name in names:
+        assert again.offered(name, [dict(WEATHER, description="Weather, changed.")]) == [], name
+        assert [tool.kind for tool in again.held(name)] == ["changed"], name
+
+
+def test_the_schemas_a_raw_definition_names_in_snake_case_are_pinned_too() -> None:
+    """The catalog reads `input_schema` / `output_schema` of a raw definition without camelCase ones: a
+    change there is a change (camelCase tools keep their digests: absent fields are not hashed)."""
+    raw = {"name": "weather", "description": "Weather.", "input_schema": {"type": "object"}}
+    changed = {**raw, "input_schema": {"type": "object", "properties": {"notes": {"type": "string"}}}}
+    assert tool_digest(raw) != tool_digest(changed)
+    assert tool_digest({**raw, "output_schema": {"type": "object"}}) != tool_digest(raw)
+    assert tool_digest(WEATHER) == tool_digest({**WEATHER, "x": 1})
+    pins = guard()
+    pins.offered("w", [raw])
+    assert pins.offered("w", [changed]) == []
 
 
 def test_pin_checks_take_well_under_a_millisecond_per_listed_tool(shared_data: Path) -> None:
@@ -277,6 +332,43 @@ def test_a_server_changed_between_two_runs_is_held_at_the_next_start(tmp_path: P
     assert approved.exit_code == 0 and approved.stdout.count("approved ") == 2
     audit = runner.invoke(app, ["-c", str(config), "tools", "audit"])
     assert audit.exit_code == 0 and "nothing held back" in audit.stdout
+
+
+@pytest.mark.anyio
+async def test_a_held_tool_is_refused_by_a_manager_that_has_built_no_catalog(tmp_path: Path) -> None:
+    """`MCPManager.call_tool` decides the server's listing itself: a library user calling before any catalog
+    (or audit) is built gets the refusal too."""
+    server = stdio_server_config("rugpull.py", "--pulled-if", str(tmp_path / "pulled"), startup_timeout_s=20)
+    settings = _settings(tmp_path, server)
+    store = FileStore(tmp_path / "store")
+    async with MCPManager(settings, store=store) as manager:
+        assert "weather__send_report" not in manager.catalog()
+    (tmp_path / "pulled").touch()
+    async with MCPManager(settings, store=store) as manager:
+        with pytest.raises(ToolCallError, match="held back: new since its server was pinned"):
+            await manager.call_tool("weather", "send_report", {"data": "x"})
+
+
+def test_a_held_tool_is_named_by_its_qualified_name_or_by_a_name_one_server_holds() -> None:
+    """`tools approve` and `tools diff` never guess: a qualified name wins over a tool of that raw name, and a
+    raw name two servers hold is refused."""
+    from orchestrator._cli._tools_audit import _pick
+    from orchestrator._errors import OrchestratorError
+    from orchestrator.protocols.mcp._pins import HeldTool
+
+    def held(server: str, tool: str) -> HeldTool:
+        return HeldTool(server, tool, qualified_name(server, tool), "changed", "changed", "digest")
+
+    tools = sorted(
+        [held("a", "w__weather"), held("w", "weather"), held("alpha", "x"), held("beta", "x")], key=lambda t: t.name
+    )
+    picked = _pick(tools, "w__weather")
+    assert picked is not None and (picked.server, picked.tool) == ("w", "weather")
+    picked = _pick(tools, "a__w__weather")
+    assert picked is not None and picked.server == "a"
+    with pytest.raises(OrchestratorError, match="held on more than one server"):
+        _pick(tools, "x")
+    assert _pick(tools, "y") is None
 
 
 def test_audit_of_a_snapshot_lists_flagged_tools_without_pinning_them(tmp_path: Path) -> None:

@@ -125,10 +125,18 @@ def tools_approve(
 
 
 def _pick(held: list[HeldTool], name: str) -> HeldTool | None:
+    """The held tool `name` names: its qualified name first; else its name on its server, when one server
+    only holds a tool of that name (an ambiguous name is refused, never guessed)."""
+    from .._errors import OrchestratorError
+
     for tool in held:
-        if name in (tool.name, tool.tool):
+        if tool.name == name:
             return tool
-    return None
+    on_servers = [tool for tool in held if tool.tool == name]
+    if len(on_servers) > 1:
+        names = ", ".join(tool.name for tool in on_servers)
+        raise OrchestratorError(f"tool {name!r} is held on more than one server ({names}): name it as server__tool")
+    return on_servers[0] if on_servers else None
 
 
 def _lines(definition: Any) -> list[str]:

@@ -339,6 +339,9 @@ class MCPManager:
                 manager restarts the server in the background.
         """
         connection = self._connection(server)
+        listed = connection.visible_tools()
+        if listed is not None:
+            self.guard.offered(server, listed)  # its listing decided (once per list), before any catalog is built
         held = self.guard.held_reason(server, tool)
         if held is not None:
             raise ToolCallError(server, tool, f"held back: {held} (orchestrator tools approve)")

@@ -27,7 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._normalization import one_line, qualified_name
+from ..._store import NAME_CHARS
+from ._normalization import kept_alone, one_line, qualified_name
 
 if TYPE_CHECKING:
     from ..._config import ServerConfig
@@ -41,8 +42,19 @@ log = logging.getLogger(__name__)
 
 NAMESPACE = "pins"
 EPOCH_KEY = f"{NAMESPACE}/_epoch"
-PINNED_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
-"""What a pin covers: everything a server says about a tool that reaches a model or decides a call."""
+PINNED_FIELDS = (
+    "name",
+    "title",
+    "description",
+    "inputSchema",
+    "outputSchema",
+    "annotations",
+    "input_schema",
+    "output_schema",
+)
+"""What a pin covers: everything a server says about a tool that reaches a model or decides a call (the
+catalog reads the schemas of a raw definition under snake_case keys too, when camelCase ones are absent;
+absent fields are left out of the digest, so the last two change no camelCase tool's digest)."""
 DIGEST_CHARS = 32
 """Hex digits of the sha256 kept per definition (128 bits)."""
 HeldKind = Literal["changed", "new", "flagged"]
@@ -101,8 +113,19 @@ class PinBook:
         self.store = store
 
     def load(self, server: str) -> dict[str, Any] | None:
-        record = self.store.get(f"{NAMESPACE}/{_key(server)}")
-        return record if isinstance(record, dict) and isinstance(record.get("tools"), dict) else None
+        """The server's record, or None when it has none. A damaged record (not a record, or pins that are
+        not pins) is not taken for no record, which would trust the next listing as a first one: what it
+        still holds is kept, and every other tool is held as new until approved."""
+        stored = self.store.get(f"{NAMESPACE}/{_key(server)}")
+        if stored is None:
+            return None
+        record: dict[str, Any] = stored if isinstance(stored, dict) else {}
+        tools = record.get("tools")
+        if isinstance(tools, dict) and all(isinstance(pin, dict) for pin in tools.values()):
+            return record
+        log.error("server %r: its pin record in the store is damaged; tools it does not pin are held back", server)
+        kept = {name: pin for name, pin in tools.items() if isinstance(pin, dict)} if isinstance(tools, dict) else {}
+        return {"server": server, "pinned_at": None, "tools": kept}
 
     def pin(self, server: str, tools: Iterable[Mapping[str, Any]], *, by: str) -> dict[str, Any]:
         """Pin these definitions of `server` (creating its record) and return the record."""
@@ -187,7 +210,10 @@ class ToolGuard:
         with self._lock:
             self._decisions.pop(server, None)
 
-    def _decide(self, server: str, tools: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[HeldTool]]:
+    def _decide(self, server: str, listed: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[HeldTool]]:
+        # What normalization shows of a name listed twice is its first definition: that one is judged and
+        # pinned (a later one, never shown, must not overwrite its pin).
+        tools = [definition for _, definition in kept_alone(listed)]
         config = self._configs.get(server)
         on_change = getattr(config, "on_change", "hold")
         on_flag = getattr(config, "on_flag", "hold")
@@ -349,9 +375,13 @@ def _scan(tools: Sequence[Mapping[str, Any]]) -> list[tuple[Finding, ...]]:
 
 
 def _key(server: str) -> str:
-    """The store name of a server's record (FileStore keeps names to [A-Za-z0-9_-])."""
+    """The store name of a server's record: the name itself when FileStore keeps it as it is ([A-Za-z0-9_-],
+    at most NAME_CHARS characters) and it is not the epoch's; else a safe prefix and a hash of the name, so
+    two servers never share a record (the form names with other characters always had)."""
     safe = "".join(char if char.isalnum() or char in "-_" else "_" for char in server)
-    return safe if safe == server else f"{safe}-{hashlib.sha256(server.encode()).hexdigest()[:8]}"
+    if safe == server and len(server) <= NAME_CHARS and f"{NAMESPACE}/{server}" != EPOCH_KEY:
+        return server
+    return f"{safe[: NAME_CHARS - 9]}-{hashlib.sha256(server.encode()).hexdigest()[:8]}"
 
 
 def _when(at: Any) -> str:
