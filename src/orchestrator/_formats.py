@@ -27,7 +27,7 @@ import mcp.types as types
 from ._clients import OPENAI_TOOL_LIMIT
 from ._errors import OrchestratorError
 from .protocols.mcp._catalog import ToolCatalog, ToolEntry
-from .protocols.mcp._normalization import MIN_NAME_LENGTH, hashed_name, one_line
+from .protocols.mcp._normalization import MIN_NAME_LENGTH, hashed_name, one_line, sanitize_text
 
 __all__ = [
     "ANTHROPIC_DESCRIPTION_LIMIT",
@@ -324,11 +324,13 @@ _ANNOTATION_KEYS = ("title", "readOnlyHint", "destructiveHint", "idempotentHint"
 
 
 def _annotations(raw: Mapping[str, Any]) -> types.ToolAnnotations | None:
-    """The server's annotations as the SDK model: the MCP-defined keys only, the title one sanitized line;
-    odd ones (wrong types) are dropped, never fatal."""
+    """The server's annotations as the SDK model: the MCP-defined keys only, the title one line sanitized as
+    the catalog sanitizes titles (role turns, tags and template tokens made inert); odd ones (wrong types)
+    are dropped, never fatal."""
     kept = {key: raw[key] for key in _ANNOTATION_KEYS if key in raw}
     if "title" in kept:
-        kept["title"] = one_line(kept["title"]) or None if isinstance(kept["title"], str) else None
+        title = kept["title"]
+        kept["title"] = one_line(sanitize_text(title)) or None if isinstance(title, str) else None
     try:
         return types.ToolAnnotations.model_validate(kept)
     except ValueError:

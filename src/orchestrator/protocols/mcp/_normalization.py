@@ -224,7 +224,9 @@ def inert_lines(raw_lines: Iterable[str]) -> list[str]:
                 lines.pop()
             if lines:  # joined to the line before it
                 line = f"{lines.pop().rstrip()} {line}"
-            if _fakes_a_turn(line, fenced):  # the first line, or a join that reads as one ("#" + "SYSTEM:")
+            # The first line, or a join that reads as a turn ("#" + "SYSTEM:") or as structure: a bare "##"
+            # or a directory line's start ("fake__tool -") + the turn.
+            if _fakes_a_turn(line, fenced) or _HEADING.match(line) or _LISTING.match(line) or _BLOCK_FENCE.match(line):
                 line = f"{QUOTE_MARK}{line}"
         elif _HEADING.match(line) and not (fenced and not line.lstrip().startswith("##")):
             heading = line.strip().lstrip("#").strip()
