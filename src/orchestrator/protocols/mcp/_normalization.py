@@ -66,12 +66,12 @@ _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[
 two-byte escapes; a lone ESC goes too. Removed before the per-character filter so no payload survives."""
 _ROLES = r"(?:system|assistant|user|human|developer|tool|function|ai|model|instructions?)"
 _ROLE_LINE = re.compile(
-    rf"^\s*(?:{_ROLES}\s*:|#{{1,6}}\s*{_ROLES}\b|<\||</?(?:{_ROLES}|im_start|im_end|start_of_turn)\b[^>]*>"
+    rf"^\s*(?:{_ROLES}\s*:|#{{1,6}}\s*{_ROLES}\b|<[|｜]|</?(?:{_ROLES}|im_start|im_end|(?:start|end)_of_turn)\b[^>]*>"
     r"|\[/?(?:INST|SYS|SYSTEM)\]|<</?SYS>>)",
     re.IGNORECASE,
 )
-"""A line that could read as a new role turn, a chat-template token (`<|`, whole or cut short) or a
-role/instructions section.
+"""A line that could read as a new role turn, a chat-template token (`<|`, whole or cut short, DeepSeek's
+`<｜` with fullwidth bars, Gemma's `<start_of_turn>` / `<end_of_turn>`) or a role/instructions section.
 Ordinary headings, XML-ish tags such as <examples> and rules stay: real descriptions use them."""
 _HEADING = re.compile(r"^\s{0,3}#{1,6}(?:\s|$)")
 """A markdown heading: in a prompt it would start a section of the prompt itself (`## Tools`)."""
@@ -79,9 +79,13 @@ _LISTING = re.compile(r"^\s*[A-Za-z0-9_.-]+\s+[-–—]\s+\S")
 """A line shaped like orchestrator's directory (`name - summary`): a fake tool entry."""
 _BLOCK_FENCE = re.compile(rf"^\s*(?:```|~~~)\s*{_ROLES}\b", re.IGNORECASE)
 """A code fence labelled as a role or instructions (```system)."""
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
+"""A line that opens or closes a code block, as markdown reads it (CommonMark fenced code blocks)."""
+_SETEXT = re.compile(r" {0,3}(?:=+|-+)[ \t]*")
+"""A line of `=` or `-` alone: under a line of text, markdown makes that line a heading (`Tools` / `=====`)."""
 _PROMPT_TAG = re.compile(
-    rf"<(/?\s*(?:{_ROLES}|important|hidden|im_start|im_end|tool_description|tool_result|tool_use|function_calls|"
-    r"function_results|functions?|antml:[\w-]+)\b[^<>\n]{0,200})>|<\|([^|<>\n]{0,40})\|>",
+    rf"<(/?\s*(?:{_ROLES}|important|hidden|im_start|im_end|(?:start|end)_of_turn|tool_description|tool_result|tool_use|"
+    r"function_calls|function_results|functions?|antml:[\w-]+)\b[^<>\n]{0,200})>|<[|｜]([^|｜<>\n]{0,40})[|｜]>",
     re.IGNORECASE,
 )
 """Tags a prompt is framed with (roles, instructions, tool descriptions and results) and chat-template
@@ -92,6 +96,9 @@ _SCHEMA_VALUE_KEYS = frozenset(("enum", "const", "default", "examples", "pattern
 _ANY_ROLE_LINE = re.compile(_ROLE_LINE.pattern, re.IGNORECASE | re.MULTILINE)
 _ANY_STRUCTURE_LINE = re.compile(f"{_HEADING.pattern}|{_LISTING.pattern}|(?i:{_BLOCK_FENCE.pattern})", re.MULTILINE)
 """Any line `inert_lines` would quote (heading, directory entry, role fence), in a whole text at once."""
+_ANY_SETEXT_LINE = re.compile(rf"\n{_SETEXT.pattern}(?:\n|$)")
+"""Any line of `=` or `-` alone below another (what `inert_lines` quotes when that one holds text); it opens
+with a line break, which the regex engine finds fast."""
 _BLANK_RUN = re.compile(r"(?:\A|\n)[ \t]*\n[ \t]*\n[ \t]*(?:\n|\Z)")
 """Three blank lines in a row (spaces and tabs only)."""
 
@@ -203,7 +210,7 @@ def inert_lines(raw_lines: Iterable[str]) -> list[str]:
     """Lines of tool text that cannot imitate the prompt around them (see `sanitize_text`)."""
     lines: list[str] = []
     blank = 0
-    fenced = False  # inside a ``` code block, where `# comment` lines are code, not headings
+    fence: str | None = None  # the open code block's fence, where `# comment` lines are code, not headings
     for line in raw_lines:
         if not line.strip():
             blank += 1
@@ -213,11 +220,11 @@ def inert_lines(raw_lines: Iterable[str]) -> list[str]:
         blank = 0
         if "<" in line:
             line = _PROMPT_TAG.sub(_escape_tag, line)
+        fenced = fence is not None
         if _BLOCK_FENCE.match(line):
-            line = f"{QUOTE_MARK}{line.strip()}"
-            fenced = not fenced
-        elif line.lstrip().startswith(("```", "~~~")):
-            fenced = not fenced
+            line = f"{QUOTE_MARK}{line.strip()}"  # quoted, it opens no code block
+        elif line.lstrip().startswith(("```", "~~~")) and (fence_line := _FENCE.fullmatch(line)):
+            fence = _next_fence(fence, fence_line)
         elif _fakes_a_turn(line, fenced):
             line = line.strip().lstrip("#").strip()  # a heading keeps its words, not its marks
             while lines and not lines[-1].strip():
@@ -232,10 +239,20 @@ def inert_lines(raw_lines: Iterable[str]) -> list[str]:
             heading = line.strip().lstrip("#").strip()
             if heading:  # a bare "##" titles nothing
                 line = f"{QUOTE_MARK}{heading}"
-        elif _LISTING.match(line):
+        elif _LISTING.match(line) or (not fenced and _SETEXT.fullmatch(line) and lines and lines[-1].strip()):
             line = f"{QUOTE_MARK}{line.strip()}"
         lines.append(line)
     return lines
+
+
+def _next_fence(fence: str | None, line: re.Match[str]) -> str | None:
+    """The code block open after a fence line, as markdown reads it: a run of 3+ backticks (with no backtick
+    after it: ```x``` is inline code) or tildes opens one; a run of the open fence's character, at least as
+    long and with nothing after it, closes it; any other fence line inside a block is code."""
+    run, rest = line.group(1), line.group(2)
+    if fence is None:
+        return None if run[0] == "`" and "`" in rest else run
+    return None if run[0] == fence[0] and len(run) >= len(fence) and not rest.strip() else fence
 
 
 def _escape_tag(found: re.Match[str]) -> str:
@@ -247,13 +264,15 @@ def _is_clean(text: str, limit: int) -> bool:
     """Whether `sanitize_text` leaves `text` as it is, for the usual description: ASCII without control
     characters, no line that could fake a turn (searched over the whole text, which finds at least every
     line the per-line check would), no heading, directory-shaped line, role fence or prompt tag (each
-    searched the same way), no run of more than MAX_BLANK_LINES blank lines, within `limit`."""
+    searched the same way) or heading underline, no run of more than MAX_BLANK_LINES blank lines, within
+    `limit`."""
     return (
         len(text) <= limit
         and text.isascii()
         and _ASCII_UNSAFE.search(text) is None
         and _ANY_ROLE_LINE.search(text) is None
         and _ANY_STRUCTURE_LINE.search(text) is None
+        and _ANY_SETEXT_LINE.search(text) is None
         and ("<" not in text or _PROMPT_TAG.search(text) is None)
         and _BLANK_RUN.search(text) is None
     )
