@@ -318,13 +318,14 @@ _HIDDEN_STYLE = re.compile(
 
 
 def _angle(doc: _Doc, pos: int) -> Hit | None:
-    """`<!-- ... -->`, `<|token|>`, `<<SYS>>`, and tags named for the model (`<IMPORTANT>`, `<system>`)."""
+    """`<!-- ... -->`, chat-template tokens (`<|im_start|>`, DeepSeek's `<｜User｜>`, Gemma's `<start_of_turn>`),
+    `<<SYS>>`, and tags named for the model (`<IMPORTANT>`, `<system>`)."""
     low = doc.low
     if low.startswith("<!--", pos):
         end = low.find("-->", pos, pos + 2 * WINDOW)
         body = low[pos + 4 : end if end >= 0 else pos + 2 * WINDOW]
         return doc.hit("instruction-block", pos, pos + len(body) + 7) if sum(c.isalpha() for c in body) >= 4 else None
-    if low.startswith(("<|", "<<sy"), pos):
+    if low.startswith(("<|", "<｜", "<<sy", "<start_of_turn", "<end_of_turn"), pos):
         return doc.hit("instruction-block", pos, pos + 60)
     tag = _TAG.match(low, pos)
     if tag and _words(tag.group(1)) & _BLOCK_WORDS:
