@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -369,6 +370,27 @@ def test_a_held_tool_is_named_by_its_qualified_name_or_by_a_name_one_server_hold
     with pytest.raises(OrchestratorError, match="held on more than one server"):
         _pick(tools, "x")
     assert _pick(tools, "y") is None
+
+
+def test_approve_with_a_digest_pins_only_the_definition_that_was_reviewed(tmp_path: Path) -> None:
+    """A server can change between `tools diff` and `tools approve`: NAME@DIGEST (the digest diff prints)
+    approves that definition or nothing."""
+    server = stdio_server_config("rugpull.py", "--pulled-if", str(tmp_path / "pulled"), startup_timeout_s=20)
+    config = _config_file(tmp_path, _settings(tmp_path, server))
+    runner = CliRunner()
+    assert runner.invoke(app, ["-c", str(config), "servers"]).exit_code == 0
+    (tmp_path / "pulled").touch()
+    diff = runner.invoke(app, ["-c", str(config), "tools", "diff", "weather__weather"])
+    assert diff.exit_code == 0, diff.output
+    digest = re.search(r"definition listed now: ([0-9a-f]{32})", diff.stdout)
+    assert digest is not None
+    other = "0" * 32
+    refused = runner.invoke(app, ["-c", str(config), "tools", "approve", f"weather__weather@{other}"])
+    assert refused.exit_code != 0 and f"not the {other} you named" in refused.output
+    audit = runner.invoke(app, ["-c", str(config), "tools", "audit", "--json"])
+    assert "weather__weather" in {row["name"] for row in json.loads(audit.stdout)}  # nothing was approved
+    approved = runner.invoke(app, ["-c", str(config), "tools", "approve", f"weather__weather@{digest.group(1)}"])
+    assert approved.exit_code == 0 and f"approved weather__weather (definition {digest.group(1)})" in approved.stdout
 
 
 def test_audit_of_a_snapshot_lists_flagged_tools_without_pinning_them(tmp_path: Path) -> None:

@@ -83,6 +83,7 @@ def tools_diff(
     pinned = ((record or {}).get("tools") or {}).get(tool.tool)
     before = pinned.get("definition") if isinstance(pinned, dict) else None
     echo(f"{tool.name} ({tool.kind}): {tool.reason}")
+    echo(f"definition listed now: {tool.digest} (orchestrator tools approve {tool.name}@{tool.digest})")
     for finding in tool.findings:
         echo(f"  {finding}")
     old = _lines(before) if before is not None else []
@@ -94,7 +95,11 @@ def tools_diff(
 def tools_approve(
     ctx: typer.Context,
     names: Annotated[
-        list[str] | None, typer.Argument(help="Held tools to approve (qualified or server names).")
+        list[str] | None,
+        typer.Argument(
+            help="Held tools to approve (qualified or server names); NAME@DIGEST approves only the definition "
+            "`tools diff` showed with that digest."
+        ),
     ] = None,
     server: Annotated[
         str | None, typer.Option("--server", help="Approve every held or flagged tool of this server.")
@@ -111,9 +116,15 @@ def tools_approve(
         held = manager.held_tools()
         chosen = [tool for tool in held if tool.server == server] if server is not None else []
         for wanted in names or ():
-            tool = _pick(held, wanted)
+            name, digest = _named(wanted)
+            tool = _pick(held, name)
             if tool is None:
-                raise OrchestratorError(f"tool {wanted!r} is not held back (orchestrator tools audit lists what is)")
+                raise OrchestratorError(f"tool {name!r} is not held back (orchestrator tools audit lists what is)")
+            if digest and tool.digest != digest:
+                raise OrchestratorError(
+                    f"tool {tool.name!r} is listed now with definition {tool.digest}, not the {digest} you named: "
+                    "review it again (orchestrator tools diff); nothing approved"
+                )
             chosen.append(tool)
         return list(manager.approve(list(dict.fromkeys(chosen))))
 
@@ -122,6 +133,16 @@ def tools_approve(
         echo(f"nothing held back on server {server!r}" if server is not None else "nothing to approve")
     for tool in approved:
         echo(f"approved {tool.name} (definition {tool.digest})")
+
+
+def _named(wanted: str) -> tuple[str, str]:
+    """(tool name, digest) of `NAME@DIGEST`, or (NAME, "") when no digest follows (a tool name may hold `@`)."""
+    from ..protocols.mcp._pins import DIGEST_CHARS
+
+    name, _, digest = wanted.rpartition("@")
+    if name and len(digest) == DIGEST_CHARS and all(char in "0123456789abcdef" for char in digest):
+        return name, digest
+    return wanted, ""
 
 
 def _pick(held: list[HeldTool], name: str) -> HeldTool | None:
