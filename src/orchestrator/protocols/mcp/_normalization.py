@@ -567,9 +567,15 @@ def _safe_char(char: str) -> str:
     category = unicodedata.category(char)
     if char.isspace() or category in ("Zl", "Zp"):
         return " "
-    if category.startswith("C"):  # Cc control, Cf format (ZWSP, bidi), Cs, Co private use, Cn unassigned
+    if category.startswith("C") or char in _BLANK_MARKS:  # Cc control, Cf format (ZWSP, bidi), Cs, Co, Cn
         return ""
     return char
+
+
+_BLANK_MARKS = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180e\u180f\u2800\u3164\uffa0")
+"""Characters outside category C that show nothing (a grapheme joiner, Hangul and Khmer fillers, Mongolian
+selectors, the blank braille cell): before `SYSTEM:` or `##` they would keep the line from reading as one.
+Emoji variation selectors stay (real descriptions have ⚠️)."""
 
 
 def _fakes_a_turn(line: str, fenced: bool) -> bool:
