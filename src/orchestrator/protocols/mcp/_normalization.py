@@ -66,7 +66,7 @@ _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[
 two-byte escapes; a lone ESC goes too. Removed before the per-character filter so no payload survives."""
 _ROLES = r"(?:system|assistant|user|human|developer|tool|function|ai|model|instructions?)"
 _ROLE_LINE = re.compile(
-    rf"^\s*(?:{_ROLES}\s*:|#{{1,6}}\s*{_ROLES}\b|<[|｜]|</?(?:{_ROLES}|im_start|im_end|(?:start|end)_of_turn)\b[^>]*>"
+    rf"^\s*(?:[*_]{{0,3}}{_ROLES}[*_]{{0,3}}\s*:|#{{1,6}}\s*{_ROLES}\b|<[|｜]|</?(?:{_ROLES}|im_start|im_end|(?:start|end)_of_turn)\b[^>]*>"
     r"|\[/?(?:INST|SYS|SYSTEM)\]|<</?SYS>>)",
     re.IGNORECASE,
 )
@@ -75,8 +75,9 @@ _ROLE_LINE = re.compile(
 Ordinary headings, XML-ish tags such as <examples> and rules stay: real descriptions use them."""
 _HEADING = re.compile(r"^\s{0,3}#{1,6}(?:\s|$)")
 """A markdown heading: in a prompt it would start a section of the prompt itself (`## Tools`)."""
-_LISTING = re.compile(r"^\s*[A-Za-z0-9_.-]+\s+[-–—]\s+\S")
-"""A line shaped like orchestrator's directory (`name - summary`): a fake tool entry."""
+_LISTING = re.compile(r"^\s*(?:[\w.-]+\s+[-–—‐−]\s+\S|[\w.-]+\s+\(\d+\s+tools?\))")
+"""A line shaped like orchestrator's directory (`name - summary`, `server (2 tools): a__x, a__y`): a fake
+tool entry or group, whatever letters and dash it uses."""
 _BLOCK_FENCE = re.compile(rf"^\s*(?:```|~~~)\s*{_ROLES}\b", re.IGNORECASE)
 """A code fence labelled as a role or instructions (```system)."""
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
@@ -227,12 +228,14 @@ def inert_lines(raw_lines: Iterable[str]) -> list[str]:
             fence = _next_fence(fence, fence_line)
         elif _fakes_a_turn(line, fenced):
             line = line.strip().lstrip("#").strip()  # a heading keeps its words, not its marks
-            while lines and not lines[-1].strip():
-                lines.pop()
-            if lines:  # joined to the line before it
+            above = len(lines)
+            while above and not lines[above - 1].strip():
+                above -= 1
+            if above and not _FENCE.fullmatch(lines[above - 1]):  # joined to the text line before it
+                del lines[above:]
                 line = f"{lines.pop().rstrip()} {line}"
-            # The first line, or a join that reads as a turn ("#" + "SYSTEM:") or as structure: a bare "##"
-            # or a directory line's start ("fake__tool -") + the turn.
+            # The first line, one below a code fence (joined, the fence would be lost), or a join that reads as
+            # a turn ("#" + "SYSTEM:") or as structure: a bare "##" or a directory line's start + the turn.
             if _fakes_a_turn(line, fenced) or _HEADING.match(line) or _LISTING.match(line) or _BLOCK_FENCE.match(line):
                 line = f"{QUOTE_MARK}{line}"
         elif _HEADING.match(line) and not (fenced and not line.lstrip().startswith("##")):
@@ -579,10 +582,14 @@ Emoji variation selectors stay (real descriptions have ⚠️)."""
 
 
 def _fakes_a_turn(line: str, fenced: bool) -> bool:
-    """A line that could read as a role turn, a chat-template token or a prompt section; inside a code
-    block only role and template forms count (`# comment` there is code)."""
-    match = _ROLE_LINE.match(line)
-    return match is not None and not (fenced and line.lstrip().startswith("#"))
+    """A line that could read as a role turn, a chat-template token or a prompt section, also in look-alike
+    letters (`ＳＹＳＴＥＭ：`, read through NFKC); inside a code block only role and template forms count
+    (`# comment` there is code)."""
+    if _ROLE_LINE.match(line) is None and (
+        line.isascii() or _ROLE_LINE.match(unicodedata.normalize("NFKC", line)) is None
+    ):
+        return False
+    return not (fenced and line.lstrip().startswith("#"))
 
 
 def _text_char(char: str) -> str:
