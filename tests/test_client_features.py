@@ -270,6 +270,8 @@ async def live(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[
             "claude": AgentProfile(command=["claude", "-p", "{task}"]),
             "loop": AgentProfile(client="api"),
             "searcher": AgentProfile(client="claude-code", tool_search={"threshold_tokens": 0}),
+            "narrow": AgentProfile(client="api", allow=["features__total"]),
+            "nohello": AgentProfile(client="api", deny=["features__note-hello", "features__greeting"]),
         },
         gateway={"server_name": "gw"},
     )
@@ -409,6 +411,28 @@ async def test_resources_and_prompts_are_listed_namespaced_like_tools(live: tupl
         assert [prompt.name for prompt in prompts] == ["features__greeting"]
         got = await client.get_prompt("features__greeting", {"name": "Ada"})
         assert [message.content.text for message in got.messages] == ["Please greet Ada warmly."]  # type: ignore[union-attr]
+
+
+async def test_resources_and_prompts_follow_the_profiles_allow_and_deny(live: tuple[Gateway, MCPManager]) -> None:
+    """Found by red-teaming: a profile allowed one tool could list and read every resource and prompt of
+    every server. A server's resources and prompts go only to profiles that open the whole server
+    (`ProfileFilter.opens`), and each name is held to allow/deny like a tool's."""
+    gateway, _ = live
+    async with spawn_client(gateway, "narrow") as client:
+        assert [tool.name for tool in (await client.list_tools()).tools] == ["features__total"]
+        assert (await client.list_resources()).resources == []
+        assert (await client.list_resource_templates()).resource_templates == []
+        assert (await client.list_prompts()).prompts == []
+        with pytest.raises(Exception, match="not found"):
+            await client.read_resource("features://notes/secret")
+        with pytest.raises(Exception, match="unknown prompt"):
+            await client.get_prompt("features__greeting", {"name": "Ada"})
+    async with spawn_client(gateway, "nohello") as client:
+        assert (await client.list_resources()).resources == []
+        assert [t.name for t in (await client.list_resource_templates()).resource_templates] == ["features__note"]
+        assert (await client.list_prompts()).prompts == []
+        with pytest.raises(Exception, match="unknown prompt"):
+            await client.get_prompt("features__greeting", {"name": "Ada"})
 
 
 async def test_an_error_result_carries_nothing_an_output_schema_could_reject(live: tuple[Gateway, MCPManager]) -> None:

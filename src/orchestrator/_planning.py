@@ -208,13 +208,20 @@ class ProfileFilter:
     def allows_server(self, server: str) -> bool:
         return matches_any(server, self.servers)
 
+    def admits(self, name: str) -> bool:
+        """A qualified name (a tool's, a prompt's, a resource's) matched by `allow`, not by `deny` (deny wins)."""
+        return matches_any(name, self.allow) and not matches_any(name, self.deny)
+
+    def opens(self, server: str) -> bool:
+        """Whether the profile may use all of an allowed server, not some of its tools: only then are its
+        resources and prompts offered (`allow: ["github__*"]` opens github; `["github__get_issue"]` does not).
+        Asked with a name no server gives (NUL after `server__`), which only a glob over the whole
+        namespace matches."""
+        return self.allows_server(server) and self.admits(f"{server}__\x00")
+
     def visible(self, entry: ToolEntry) -> bool:
         """Offered by an allowed server, matched by `allow`, not matched by `deny` (deny wins)."""
-        return (
-            any(self.allows_server(server) for server in entry.servers)
-            and matches_any(entry.name, self.allow)
-            and not matches_any(entry.name, self.deny)
-        )
+        return any(self.allows_server(server) for server in entry.servers) and self.admits(entry.name)
 
     def routes(self, entry: ToolEntry) -> tuple[str, ...]:
         """The servers offering this tool that the profile allows, in catalog order (first = preferred)."""

@@ -232,35 +232,39 @@ class GatewayHandlers:
 
     # ------------------------------------------------------------------ resources and prompts
 
-    def _upstream_servers(self, context: SpawnContext | None) -> list[str]:
-        """The servers whose resources and prompts this endpoint's profile may use, in name order."""
+    def _opened(self, ctx: RequestContext) -> tuple[list[str], Callable[[str], bool]]:
+        """The servers whose resources and prompts this endpoint's profile may use (those it opens whole,
+        `ProfileFilter.opens`), in name order, and the test of a namespaced name against its allow/deny."""
+        context = self.context_for(ctx)
         if context is None:
-            return []
-        return [s.name for s in self._upstream.status() if context.view.rules.allows_server(s.name)]
+            return [], lambda name: False
+        rules = context.view.rules
+        return [s.name for s in self._upstream.status() if rules.opens(s.name)], rules.admits
 
     async def on_list_resources(
         self, ctx: RequestContext, params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
-        return await self._proxy.list_resources(self._upstream_servers(self.context_for(ctx)))
+        return await self._proxy.list_resources(*self._opened(ctx))
 
     async def on_list_resource_templates(
         self, ctx: RequestContext, params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
-        return await self._proxy.list_resource_templates(self._upstream_servers(self.context_for(ctx)))
+        return await self._proxy.list_resource_templates(*self._opened(ctx))
 
     async def on_read_resource(
         self, ctx: RequestContext, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
-        return await self._proxy.read_resource(self._upstream_servers(self.context_for(ctx)), str(params.uri))
+        servers, _ = self._opened(ctx)
+        return await self._proxy.read_resource(servers, str(params.uri))
 
     async def on_list_prompts(
         self, ctx: RequestContext, params: types.PaginatedRequestParams | None
     ) -> types.ListPromptsResult:
-        return await self._proxy.list_prompts(self._upstream_servers(self.context_for(ctx)))
+        return await self._proxy.list_prompts(*self._opened(ctx))
 
     async def on_get_prompt(self, ctx: RequestContext, params: types.GetPromptRequestParams) -> types.GetPromptResult:
-        servers = self._upstream_servers(self.context_for(ctx))
-        return await self._proxy.get_prompt(servers, params.name, params.arguments)
+        servers, admits = self._opened(ctx)
+        return await self._proxy.get_prompt(servers, admits, params.name, params.arguments)
 
     # ------------------------------------------------------------------ tool-list changes
 

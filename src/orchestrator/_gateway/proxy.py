@@ -75,7 +75,9 @@ class UpstreamProxy:
             while len(self._owners) > URI_MEMORY:
                 self._owners.popitem(last=False)
 
-    async def list_resources(self, servers: Sequence[str]) -> types.ListResourcesResult:
+    async def list_resources(self, servers: Sequence[str], admits: Callable[[str], bool]) -> types.ListResourcesResult:
+        """The resources of `servers` whose namespaced names `admits`."""
+
         async def pages(client: Client) -> list[types.Resource]:
             _require(client, "resources")
             return await _all_pages(lambda cursor: client.list_resources(cursor=cursor), "resources")
@@ -83,12 +85,17 @@ class UpstreamProxy:
         found: list[types.Resource] = []
         for server, resources in await self._each(servers, "resources/list", pages):
             self.remember((resource.uri for resource in resources), [server])
-            found.extend(
+            named = (
                 resource.model_copy(update={"name": qualified_name(server, resource.name)}) for resource in resources
             )
+            found.extend(resource for resource in named if admits(resource.name))
         return types.ListResourcesResult(resources=found)
 
-    async def list_resource_templates(self, servers: Sequence[str]) -> types.ListResourceTemplatesResult:
+    async def list_resource_templates(
+        self, servers: Sequence[str], admits: Callable[[str], bool]
+    ) -> types.ListResourceTemplatesResult:
+        """The resource templates of `servers` whose namespaced names `admits`."""
+
         async def pages(client: Client) -> list[types.ResourceTemplate]:
             _require(client, "resources")
             return await _all_pages(lambda cursor: client.list_resource_templates(cursor=cursor), "resource_templates")
@@ -96,9 +103,10 @@ class UpstreamProxy:
         found: list[types.ResourceTemplate] = []
         for server, templates in await self._each(servers, "resources/templates/list", pages):
             self._templates[server] = [_template_pattern(template.uri_template) for template in templates]
-            found.extend(
+            named = (
                 template.model_copy(update={"name": qualified_name(server, template.name)}) for template in templates
             )
+            found.extend(template for template in named if admits(template.name))
         return types.ListResourceTemplatesResult(resource_templates=found)
 
     async def read_resource(self, servers: Sequence[str], uri: str) -> types.ReadResourceResult:
@@ -136,20 +144,24 @@ class UpstreamProxy:
 
     # ------------------------------------------------------------------ prompts
 
-    async def list_prompts(self, servers: Sequence[str]) -> types.ListPromptsResult:
+    async def list_prompts(self, servers: Sequence[str], admits: Callable[[str], bool]) -> types.ListPromptsResult:
+        """The prompts of `servers` whose namespaced names `admits`."""
         found: list[types.Prompt] = []
         for server, prompts in await self._prompt_lists(servers):
-            found.extend(prompt.model_copy(update={"name": qualified_name(server, prompt.name)}) for prompt in prompts)
+            named = (prompt.model_copy(update={"name": qualified_name(server, prompt.name)}) for prompt in prompts)
+            found.extend(prompt for prompt in named if admits(prompt.name))
         return types.ListPromptsResult(prompts=found)
 
     async def get_prompt(
-        self, servers: Sequence[str], name: str, arguments: dict[str, str] | None
+        self, servers: Sequence[str], admits: Callable[[str], bool], name: str, arguments: dict[str, str] | None
     ) -> types.GetPromptResult:
         """The prompt listed as `name`, from its server.
 
         Raises:
-            MCPError: INVALID_PARAMS for a name no server the agent may use lists.
+            MCPError: INVALID_PARAMS for a name no server the agent may use lists, or its profile denies.
         """
+        if not admits(name):
+            raise MCPError(types.INVALID_PARAMS, f"unknown prompt {name[:128]!r}: prompts/list gives the names")
         target = self._prompts.get(name)
         if target is None or target[0] not in servers:
             await self._prompt_lists(servers)  # a name from an older listing, or none yet: list again
