@@ -361,6 +361,38 @@ async def test_a_closed_spawns_credential_is_refused(manager: MCPManager, tmp_pa
         assert gateway.store.get(f"revoked/{info['id']}") is not None  # until the credential would expire
 
 
+async def test_a_closed_spawns_credential_stays_refused_through_the_clock_leeway(
+    manager: MCPManager, tmp_path: Path
+) -> None:
+    """Found by red-teaming: the revocation ended at the credential's expiry, but the credential verifies for
+    the clock leeway after it (5 s), so a closed spawn's agent could open a new session in between."""
+    settings = security_settings(tmp_path / "cache", spawn_ttl_s=2)
+    gateway = Gateway(settings, manager)
+    try:
+        async with gateway.running("127.0.0.1", 0):
+            handle = await gateway.run_sync(gateway.open_spawn, "brief task", "searcher")
+            await gateway.run_sync(gateway.close_spawn, handle.id)
+            await anyio.sleep(3)  # past the credential's expiry, inside the leeway
+            other = await gateway.run_sync(gateway.open_spawn, "another task", "searcher")
+            async with connect(other.url, other.token) as client:  # a new spawn's first request prunes revocations
+                assert (await client.list_tools()).tools
+            initialize = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "x", "version": "1"},
+                },
+            }
+            mcp_headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+            late = await request("POST", handle.url, token=handle.token, body=initialize, headers=mcp_headers)
+            assert late.status_code == 404 and "has ended" in one_line_error(late)
+    finally:
+        gateway.close()
+
+
 # --------------------------------------------------------------------------- bounds on what agents send
 
 

@@ -6,7 +6,8 @@ alone, building its own `SpawnContext` on first use; what replicas must agree on
 
     spawns/<id>     the open spawn (counted against `gateway.max_open_spawns`), until it expires
     stats/<id>      one entry per meta-tool request any replica answered (`event_counts`), summed on read
-    revoked/<id>    a closed spawn's credential, refused everywhere until it would have expired
+    revoked/<id>    a closed spawn's credential, refused everywhere until it would have expired (and the
+                    clock leeway after that, while it would still verify)
 
 Closing a spawn (`DELETE /spawns/<id>`) revokes its credential, drops its state and records its session
 (`sessions.py`). Expired spawns are dropped, their sessions recorded, the next time a spawn is served.
@@ -31,7 +32,7 @@ from .._meta_tools import event_counts
 from .._planning import SpawnPlan, task_key
 from .._store import Store
 from .addresses import SERVER_NAME, mcp_config, spawn_path
-from .auth import CredentialError, Credentials, SpawnClaims, SpawnClosedError, SpawnLimitError
+from .auth import CLOCK_LEEWAY_S, CredentialError, Credentials, SpawnClaims, SpawnClosedError, SpawnLimitError
 from .sessions import SessionAccounting
 from .views import SpawnContext
 
@@ -260,7 +261,8 @@ class SpawnRegistry:
         Raises:
             OrchestratorError: no such spawn.
         """
-        expires = float(self._record(spawn_id)["expires"])
+        # Refused while the credential would still verify: until its expiry and the clock leeway after it.
+        expires = float(self._record(spawn_id)["expires"]) + CLOCK_LEEWAY_S
         if expires > time.time():
             self._store.put(f"revoked/{spawn_id}", expires, ttl_s=expires - time.time())
         with self._lock:
