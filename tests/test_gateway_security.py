@@ -107,6 +107,15 @@ async def connect(url: str, token: str) -> AsyncIterator[Client]:
         yield client
 
 
+HANDSHAKE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+"""A handshake-era `initialize` (2025-06-18): what opens an SDK session."""
+
+
 async def request(
     method: str,
     url: str,
@@ -194,17 +203,7 @@ async def test_a_handshake_era_session_is_bound_to_the_credential_that_opened_it
         one = await gateway.run_sync(gateway.open_spawn, "first", "searcher")
         other = await gateway.run_sync(gateway.open_spawn, "second", "searcher")
         accept = {"Accept": "application/json, text/event-stream"}
-        hello = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"},
-            },
-        }
-        opened = await request("POST", one.url, token=one.token, body=hello, headers=accept)
+        opened = await request("POST", one.url, token=one.token, body=HANDSHAKE, headers=accept)
         session = opened.headers["mcp-session-id"]
         listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
         follow = {**accept, "Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-06-18"}
@@ -376,18 +375,8 @@ async def test_a_closed_spawns_credential_stays_refused_through_the_clock_leeway
             other = await gateway.run_sync(gateway.open_spawn, "another task", "searcher")
             async with connect(other.url, other.token) as client:  # a new spawn's first request prunes revocations
                 assert (await client.list_tools()).tools
-            initialize = {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {},
-                    "clientInfo": {"name": "x", "version": "1"},
-                },
-            }
-            mcp_headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-            late = await request("POST", handle.url, token=handle.token, body=initialize, headers=mcp_headers)
+            accept = {"Accept": "application/json, text/event-stream"}
+            late = await request("POST", handle.url, token=handle.token, body=HANDSHAKE, headers=accept)
             assert late.status_code == 404 and "has ended" in one_line_error(late)
     finally:
         gateway.close()
