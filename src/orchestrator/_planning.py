@@ -35,6 +35,7 @@ from ._meta_tools import META_TOOL_DEFINITIONS
 from ._telemetry import Telemetry
 from ._tokens import TokenCounter, compact_json
 from .protocols.mcp._catalog import ToolCatalog, ToolEntry
+from .protocols.mcp._normalization import SEPARATOR
 
 __all__ = [
     "RECENT_TOOLS_LIMIT",
@@ -217,7 +218,7 @@ class ProfileFilter:
         resources and prompts offered (`allow: ["github__*"]` opens github; `["github__get_issue"]` does not).
         Asked with a name no server gives (NUL after `server__`), which only a glob over the whole
         namespace matches."""
-        return self.allows_server(server) and self.admits(f"{server}__\x00")
+        return self.allows_server(server) and self.admits(f"{server}{SEPARATOR}\x00")
 
     def visible(self, entry: ToolEntry) -> bool:
         """Offered by an allowed server, matched by `allow`, not matched by `deny` (deny wins)."""

@@ -85,10 +85,7 @@ class UpstreamProxy:
         found: list[types.Resource] = []
         for server, resources in await self._each(servers, "resources/list", pages):
             self.remember((resource.uri for resource in resources), [server])
-            named = (
-                resource.model_copy(update={"name": qualified_name(server, resource.name)}) for resource in resources
-            )
-            found.extend(resource for resource in named if admits(resource.name))
+            found.extend(_namespaced(server, resources, admits))
         return types.ListResourcesResult(resources=found)
 
     async def list_resource_templates(
@@ -103,10 +100,7 @@ class UpstreamProxy:
         found: list[types.ResourceTemplate] = []
         for server, templates in await self._each(servers, "resources/templates/list", pages):
             self._templates[server] = [_template_pattern(template.uri_template) for template in templates]
-            named = (
-                template.model_copy(update={"name": qualified_name(server, template.name)}) for template in templates
-            )
-            found.extend(template for template in named if admits(template.name))
+            found.extend(_namespaced(server, templates, admits))
         return types.ListResourceTemplatesResult(resource_templates=found)
 
     async def read_resource(self, servers: Sequence[str], uri: str) -> types.ReadResourceResult:
@@ -148,8 +142,7 @@ class UpstreamProxy:
         """The prompts of `servers` whose namespaced names `admits`."""
         found: list[types.Prompt] = []
         for server, prompts in await self._prompt_lists(servers):
-            named = (prompt.model_copy(update={"name": qualified_name(server, prompt.name)}) for prompt in prompts)
-            found.extend(prompt for prompt in named if admits(prompt.name))
+            found.extend(_namespaced(server, prompts, admits))
         return types.ListPromptsResult(prompts=found)
 
     async def get_prompt(
@@ -207,6 +200,15 @@ class UpstreamProxy:
                 if self._manager.is_ready(server):
                     tg.start_soon(one, server)
         return [(server, results[server]) for server in servers if server in results]
+
+
+Named = TypeVar("Named", types.Resource, types.ResourceTemplate, types.Prompt)
+
+
+def _namespaced(server: str, items: Iterable[Named], admits: Callable[[str], bool]) -> list[Named]:
+    """A server's resources, templates or prompts named like tools (`server__name`), those `admits` only."""
+    named = (item.model_copy(update={"name": qualified_name(server, item.name)}) for item in items)
+    return [item for item in named if admits(item.name)]
 
 
 def resource_uris(result: types.CallToolResult) -> list[str]:

@@ -236,7 +236,7 @@ def inert_lines(raw_lines: Iterable[str]) -> list[str]:
                 line = f"{lines.pop().rstrip()} {line}"
             # The first line, one below a code fence (joined, the fence would be lost), or a join that reads as
             # a turn ("#" + "SYSTEM:") or as structure: a bare "##" or a directory line's start + the turn.
-            if _fakes_a_turn(line, fenced) or _HEADING.match(line) or _LISTING.match(line) or _BLOCK_FENCE.match(line):
+            if _fakes_a_turn(line, fenced) or _ANY_STRUCTURE_LINE.match(line):
                 line = f"{QUOTE_MARK}{line}"
         elif _HEADING.match(line) and not (fenced and not line.lstrip().startswith("##")):
             heading = line.strip().lstrip("#").strip()
