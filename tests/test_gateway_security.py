@@ -135,6 +135,13 @@ async def request(
         return await http.request(method, url, headers=sent, **kw)
 
 
+def status_of(port: int, raw: bytes) -> int:
+    """The status a raw HTTP request (bytes no HTTP client would send) gets from 127.0.0.1:`port`."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(raw)
+        return int(sock.makefile("rb").readline().split()[1])
+
+
 def text_of(result: types.CallToolResult) -> str:
     return " ".join(block.text for block in result.content if isinstance(block, types.TextContent))
 
@@ -238,6 +245,9 @@ async def test_browsers_and_rebound_host_names_are_refused_on_every_endpoint(
             assert rebound.status_code == 421, path
         mcp = await request("POST", f"{base}/mcp", token=secret, body={}, headers={"Origin": "http://evil.example"})
         assert mcp.status_code == 403
+        # A port of other digits than ASCII's: '²' is a digit to str.isdigit (Latin-1 byte 0xB2 on the wire).
+        sent = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1:\xb2\r\nConnection: close\r\nAuthorization: Bearer "
+        assert (await anyio.to_thread.run_sync(status_of, int(port), sent + secret.encode() + b"\r\n\r\n")) == 421
 
 
 async def test_a_spawn_is_opened_only_by_a_json_post(manager: MCPManager, tmp_path: Path) -> None:
@@ -380,6 +390,62 @@ async def test_a_closed_spawns_credential_stays_refused_through_the_clock_leeway
             assert late.status_code == 404 and "has ended" in one_line_error(late)
     finally:
         gateway.close()
+
+
+async def open_stream(url: str, token: str) -> dict[str, str]:
+    """A handshake-era session on a spawn endpoint, initialized: the headers that continue it."""
+    accept = {"Accept": "application/json, text/event-stream"}
+    opened = await request("POST", url, token=token, body=HANDSHAKE, headers=accept)
+    assert opened.status_code == 200
+    session = opened.headers["mcp-session-id"]
+    follow = {**accept, "Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-06-18"}
+    ready = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert (await request("POST", url, token=token, body=ready, headers=follow)).status_code == 202
+    return follow
+
+
+async def stream_ends(url: str, token: str, follow: dict[str, str], end: Any, within: float) -> bool:
+    """Whether the session's GET stream (server notifications), opened before `end()` runs, is closed by the
+    gateway within `within` seconds after it."""
+    headers = {**follow, "Accept": "text/event-stream", "Authorization": f"Bearer {token}"}
+    async with (
+        httpx2.AsyncClient(trust_env=False, timeout=None) as http,
+        http.stream("GET", url, headers=headers) as stream,
+    ):
+        assert stream.status_code == 200
+        await end()
+        with anyio.move_on_after(within):
+            async for _ in stream.aiter_bytes():
+                pass
+            return True
+    return False
+
+
+async def test_a_spawns_sessions_end_when_it_is_closed_or_expires(manager: MCPManager, tmp_path: Path) -> None:
+    """Found by red-teaming: the SDK keeps a session until its client ends it or it idles for 30 minutes, and
+    an open GET stream never idles. A closed or expired spawn's agent kept its stream, and every finished
+    spawn whose agent did not end its session held one of the session slots all spawns share."""
+    async with serving(manager, tmp_path) as (gateway, base):
+        secret = gateway.credentials.admin_secret
+        closed = await gateway.run_sync(gateway.open_spawn, "closed early", "searcher")
+        follow = await open_stream(closed.url, closed.token)
+
+        async def close() -> None:
+            assert (await request("DELETE", f"{base}/spawns/{closed.id}", token=secret)).status_code == 200
+
+        assert await stream_ends(closed.url, closed.token, follow, close, within=EXPIRY_SEEN_S)
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+        assert (await request("POST", closed.url, token=closed.token, body=listing, headers=follow)).status_code == 404
+
+    async with serving(manager, tmp_path, spawn_ttl_s=1) as (gateway, _):
+        # Never closed: the session ends with the credential (1 s, then the 5 s clock leeway).
+        expiring = await gateway.run_sync(gateway.open_spawn, "left to expire", "searcher")
+        follow = await open_stream(expiring.url, expiring.token)
+
+        async def nothing() -> None:
+            return None
+
+        assert await stream_ends(expiring.url, expiring.token, follow, nothing, within=EXPIRY_SEEN_S)
 
 
 # --------------------------------------------------------------------------- bounds on what agents send

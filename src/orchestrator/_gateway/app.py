@@ -25,13 +25,17 @@ import json
 import logging
 import re
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+import time
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, MutableMapping
 from typing import Any, Protocol, TypeVar, TypeVarTuple, Unpack
 
 import anyio
+import anyio.abc
 import uvicorn
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
@@ -40,8 +44,16 @@ from starlette.responses import JSONResponse, Response
 from .._config import Settings
 from .._errors import ConfigError, OrchestratorError
 from .._store import StoreError
-from .addresses import CHALLENGE_PATH, DEFAULT_PATH, check_bind, client_base_url, is_loopback
-from .auth import CredentialError, Credentials, SpawnClaims, SpawnClosedError, SpawnLimitError, bearer_token
+from .addresses import CHALLENGE_PATH, DEFAULT_PATH, check_bind, client_base_url, is_loopback, spawn_path
+from .auth import (
+    CLOCK_LEEWAY_S,
+    CredentialError,
+    Credentials,
+    SpawnClaims,
+    SpawnClosedError,
+    SpawnLimitError,
+    bearer_token,
+)
 from .views import ROUTED_SCOPE, SCOPE_KEY
 
 log = logging.getLogger(__name__)
@@ -100,8 +112,9 @@ async def serve(gateway: GatewayBackend, host: str, port: int) -> AsyncIterator[
     sock = _bind(host, port)
     base_url = client_base_url(host, sock.getsockname()[1])
     sessions = StreamableHTTPSessionManager(app=gateway.server, security_settings=_transport_security(host))
+    spawn_sessions = _SpawnSessions(sessions, base_url)
     config = uvicorn.Config(
-        _Router(gateway, sessions, host),
+        _Router(gateway, sessions, spawn_sessions, host),
         lifespan="off",
         log_config=None,
         log_level="warning",
@@ -110,12 +123,14 @@ async def serve(gateway: GatewayBackend, host: str, port: int) -> AsyncIterator[
     )
     http = _Uvicorn(config)
     try:
-        async with anyio.create_task_group() as tg, sessions.run():
+        async with anyio.create_task_group() as tg, sessions.run(), anyio.create_task_group() as timers:
+            spawn_sessions.timers = timers
             tg.start_soon(http.serve, [sock])
             try:
                 yield base_url
             finally:
                 http.should_exit = True
+                timers.cancel_scope.cancel()  # the spawns' expiry timers; sessions.run() then ends every session
     finally:
         sock.close()
 
@@ -125,9 +140,16 @@ class _Router:
     endpoints to the session manager with the caller's verified claims on the scope, the small JSON
     admin endpoints here."""
 
-    def __init__(self, gateway: GatewayBackend, sessions: StreamableHTTPSessionManager, host: str) -> None:
+    def __init__(
+        self,
+        gateway: GatewayBackend,
+        sessions: StreamableHTTPSessionManager,
+        spawn_sessions: _SpawnSessions,
+        host: str,
+    ) -> None:
         self._gateway = gateway
         self._sessions = sessions
+        self._spawn_sessions = spawn_sessions
         self._loopback = is_loopback(host)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -151,6 +173,9 @@ class _Router:
             else:
                 refused = verified
         if refused is None and (mcp or spawn_match):
+            claims = scope[SCOPE_KEY]
+            if claims is not None and not _header(scope["headers"], MCP_SESSION_ID_HEADER):
+                send = self._spawn_sessions.watch(claims, send)  # a request that may open a session
             routed = ROUTED_SCOPE.set(scope)
             try:
                 await self._sessions.handle_request(scope, receive, send)
@@ -183,6 +208,7 @@ class _Router:
         try:
             return await gateway.run_sync(gateway.verify_spawn, bearer_token(request.headers), spawn_id)
         except SpawnClosedError as exc:
+            await self._spawn_sessions.end(spawn_id)  # closed on another replica: its sessions here end too
             return _error(str(exc), 404)
         except CredentialError as exc:
             return _unauthorized(str(exc))
@@ -220,8 +246,11 @@ class _Router:
             admin_match = _SPAWN_ADMIN_PATH.match(path)
             if admin_match and method in ("GET", "DELETE"):
                 spawn_id = admin_match.group(1)
-                action = gateway.close_spawn if method == "DELETE" else gateway.spawn_stats
-                return _json(await gateway.run_sync(action, spawn_id))
+                if method == "GET":
+                    return _json(await gateway.run_sync(gateway.spawn_stats, spawn_id))
+                closed = await gateway.run_sync(gateway.close_spawn, spawn_id)
+                await self._spawn_sessions.end(spawn_id)
+                return _json(closed)
         except _Refused as exc:
             return _error(str(exc), exc.status)
         except ConfigError as exc:
@@ -265,6 +294,85 @@ class _Router:
                 got = "missing" if name not in body else type(value).__name__
                 raise _BadRequest(f"{name!r} must be a {_KIND_NAMES.get(kind, kind.__name__)}, got {got}")
         return body
+
+
+class _SpawnSessions:
+    """The MCP sessions each spawn opened on this replica, ended with the spawn: when it is closed here
+    (`DELETE /spawns/<id>`), when a request shows it was closed on another replica, and when its credential
+    expires (after the clock leeway it still verifies in).
+
+    The SDK keeps a handshake-era session until its client ends it or it has been idle for 30 minutes, and
+    an open GET stream is never idle: without this, a finished spawn's agent kept its stream (and the
+    notifications on it) past the close, and every short-lived spawn whose agent was killed held one of the
+    session slots all spawns share until it idled out. A session is ended the way its client would end it, by
+    a DELETE with its id and its spawn's principal, through the SDK's own handling.
+    """
+
+    def __init__(self, manager: StreamableHTTPSessionManager, base_url: str) -> None:
+        self._manager = manager
+        self._host = urllib.parse.urlsplit(base_url).netloc.encode("ascii")
+        self._open: dict[str, set[str]] = {}
+        """Spawn id -> ids of the sessions it opened here that were not ended through this class."""
+        self.timers: anyio.abc.TaskGroup | None = None
+        """Where each spawn's expiry timer runs (the server's; cancelled when it stops)."""
+
+    def watch(self, claims: SpawnClaims, send: Any) -> Any:
+        """`send`, noting the session a response opens for the spawn of `claims`."""
+
+        async def noting(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start" and message["status"] < 400:
+                opened = _header(message.get("headers", ()), MCP_SESSION_ID_HEADER)
+                if opened:
+                    self._opened(claims, opened.decode("ascii", "replace"))
+            await send(message)
+
+        return noting
+
+    def _opened(self, claims: SpawnClaims, session_id: str) -> None:
+        first = claims.spawn_id not in self._open
+        self._open.setdefault(claims.spawn_id, set()).add(session_id)
+        if first and self.timers is not None:
+            self.timers.start_soon(self._end_at, claims.spawn_id, claims.expires + CLOCK_LEEWAY_S)
+
+    async def _end_at(self, spawn_id: str, when: float) -> None:
+        await anyio.sleep(max(0.0, when - time.time()))
+        await self.end(spawn_id)
+
+    async def end(self, spawn_id: str) -> None:
+        """End every session the spawn opened here (those its client ended already answer 404: nothing)."""
+        for session_id in sorted(self._open.pop(spawn_id, ())):
+            scope = {
+                "type": "http",
+                "asgi": {"version": "3.0"},
+                "http_version": "1.1",
+                "method": "DELETE",
+                "scheme": "http",
+                "path": spawn_path(spawn_id),
+                "raw_path": spawn_path(spawn_id).encode("ascii"),
+                "query_string": b"",
+                "root_path": "",
+                "headers": [(b"host", self._host), (MCP_SESSION_ID_HEADER.encode("ascii"), session_id.encode("ascii"))],
+                "client": None,
+                "server": None,
+                "user": _principal(f"spawn:{spawn_id}"),
+                SCOPE_KEY: None,
+            }
+            with anyio.CancelScope(shield=True):  # a close answered is a session ended, even if the caller left
+                await self._manager.handle_request(scope, _no_body, _discard)
+
+
+async def _no_body() -> dict[str, Any]:
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+
+async def _discard(message: MutableMapping[str, Any]) -> None:
+    return None
+
+
+def _header(headers: Iterable[tuple[bytes, bytes]], name: str) -> bytes | None:
+    """The first value of header `name` (lowercase) in ASGI headers."""
+    wanted = name.encode("ascii")
+    return next((value for key, value in headers if key.lower() == wanted), None)
 
 
 class _Uvicorn(uvicorn.Server):
@@ -337,7 +445,7 @@ async def _read_capped(request: Request, limit: int) -> bytes:
     """The body, or 413 as soon as it is known to exceed `limit` (declared length first, then as read)."""
     declared = request.headers.get("content-length")
     if declared is not None:
-        if not declared.strip().isdigit():
+        if not _is_number(declared.strip()):
             raise _BadRequest("Content-Length is not a number")
         if int(declared) > limit:
             raise _Refused(
@@ -357,10 +465,15 @@ def _matches(value: str, patterns: tuple[str, ...]) -> bool:
     """`value` equals a pattern, or a `...:*` pattern with any port."""
     for pattern in patterns:
         if value == pattern or (
-            pattern.endswith(":*") and value.startswith(pattern[:-1]) and value[len(pattern) - 1 :].isdigit()
+            pattern.endswith(":*") and value.startswith(pattern[:-1]) and _is_number(value[len(pattern) - 1 :])
         ):
             return True
     return False
+
+
+def _is_number(text: str) -> bool:
+    """ASCII digits only: `str.isdigit` also takes other scripts' digits and superscripts ('٨٠', '²')."""
+    return text.isascii() and text.isdigit()
 
 
 def _principal(name: str) -> AuthenticatedUser:
