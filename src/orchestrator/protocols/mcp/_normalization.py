@@ -66,11 +66,12 @@ _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[
 two-byte escapes; a lone ESC goes too. Removed before the per-character filter so no payload survives."""
 _ROLES = r"(?:system|assistant|user|human|developer|tool|function|ai|model|instructions?)"
 _ROLE_LINE = re.compile(
-    rf"^\s*(?:[*_]{{0,3}}{_ROLES}[*_]{{0,3}}\s*:|#{{1,6}}\s*{_ROLES}\b|<[|｜]|</?(?:{_ROLES}|im_start|im_end|(?:start|end)_of_turn)\b[^>]*>"
+    rf"^\s*(?:[*_]{{0,3}}(?:{_ROLES}[*_]{{0,3}}\s*:|[ha][*_]{{0,3}}\s*:[*_]{{0,3}}(?!\S))|#{{1,6}}\s*{_ROLES}\b|<[|｜]|</?(?:{_ROLES}|im_start|im_end|(?:start|end)_of_turn)\b[^>]*>"
     r"|\[/?(?:INST|SYS|SYSTEM)\]|<</?SYS>>)",
     re.IGNORECASE,
 )
-"""A line that could read as a new role turn, a chat-template token (`<|`, whole or cut short, DeepSeek's
+"""A line that could read as a new role turn (also `H:` / `A:`, the abbreviated Human / Assistant turns of
+Anthropic's old prompt format), a chat-template token (`<|`, whole or cut short, DeepSeek's
 `<｜` with fullwidth bars, Gemma's `<start_of_turn>` / `<end_of_turn>`) or a role/instructions section.
 Ordinary headings, XML-ish tags such as <examples> and rules stay: real descriptions use them."""
 _HEADING = re.compile(r"^\s{0,3}#{1,6}(?:\s|$)")
