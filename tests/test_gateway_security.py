@@ -43,6 +43,7 @@ from orchestrator._config import ToolSearchOverrides, effective_values
 from orchestrator._gateway.auth import AUDIENCE, RuntimeFile
 from orchestrator._launch import spawn_agent
 from orchestrator._meta_tools import NAME_ECHO_CHARS, SEARCH_LIMIT_MAX
+from orchestrator._store import open_store
 
 from .conftest import TIME_SERVER, stdio_server_config
 
@@ -336,6 +337,37 @@ async def test_open_spawns_are_capped_and_a_closed_one_frees_its_place(manager: 
             await client.open_spawn("one too many", "searcher")
         await client.close_spawn(opened[0]["id"])
         assert (await client.open_spawn("now there is room", "searcher"))["id"]
+
+
+async def test_a_restarted_gateway_does_not_count_the_spawns_of_its_old_key(
+    manager: MCPManager, tmp_path: Path
+) -> None:
+    """Found by review: spawn records outlive the process in the file store `orchestrator serve` uses, and a
+    gateway with no `gateway.signing_key` makes a new key at each start. A restarted gateway counted its
+    predecessor's spawns (whose credentials it cannot verify) against max_open_spawns for an hour, and
+    refused new ones."""
+
+    @contextlib.asynccontextmanager
+    async def on_files(**gateway: Any) -> AsyncIterator[Gateway]:
+        settings = security_settings(tmp_path / "cache", max_open_spawns=2, **gateway)
+        gateway_ = Gateway(settings, manager, store=open_store(settings))
+        try:
+            async with gateway_.running("127.0.0.1", 0):
+                yield gateway_
+        finally:
+            gateway_.close()
+
+    for _ in range(2):  # a gateway, then its restart over the same store
+        async with on_files() as gateway:
+            for n in range(2):
+                await gateway.run_sync(gateway.open_spawn, f"task {n}", "searcher")
+            assert gateway.open_spawns == 2
+    # Replicas sharing a key share the count: the same key's spawns fill it.
+    async with on_files(signing_key="s" * 32) as gateway, on_files(signing_key="s" * 32) as replica:
+        await gateway.run_sync(gateway.open_spawn, "one", "searcher")
+        await replica.run_sync(replica.open_spawn, "two", "searcher")
+        with pytest.raises(OrchestratorError, match="2 spawns are open"):
+            await replica.run_sync(replica.open_spawn, "three", "searcher")
 
 
 async def test_a_spawn_credential_expires_and_its_spawn_is_dropped(manager: MCPManager, tmp_path: Path) -> None:

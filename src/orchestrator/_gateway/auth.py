@@ -56,6 +56,8 @@ ALGORITHM = "HS256"
 """One symmetric algorithm, pinned on verify: a token naming another ("none", RS256) is refused."""
 AUDIENCE = "orchestrator-gateway"
 """The `aud` of every spawn credential: a token signed with the same key for something else is refused."""
+KEY_ID_LABEL = b"orchestrator spawn key id v1\x00"
+KEY_ID_CHARS = 16
 SECRET_BYTES = 32
 """Generated admin secrets and signing keys: 256 bits, the size of HS256's hash."""
 NONCE_BYTES = 32
@@ -125,6 +127,9 @@ class Credentials:
         self._key = signing_key
         self.generated = generated
         self.leeway_s = leeway_s
+        self.key_id = hmac.new(signing_key, KEY_ID_LABEL, hashlib.sha256).hexdigest()[:KEY_ID_CHARS]
+        """Names the signing key without revealing it: the store's spawn records carry it, so a gateway
+        counts only the spawns whose credentials it can verify (not a restarted process's old key's)."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Credentials:

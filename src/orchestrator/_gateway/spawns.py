@@ -4,7 +4,9 @@ A spawn is opened with `POST /spawns`: it gets an id, a signed credential carryi
 task, pins, expiry) and its plan. Any replica that shares the signing key serves it from the credential
 alone, building its own `SpawnContext` on first use; what replicas must agree on lives in the store:
 
-    spawns/<id>     the open spawn (counted against `gateway.max_open_spawns`), until it expires
+    spawns/<id>     the open spawn (counted against `gateway.max_open_spawns` by the gateways holding the
+                    signing key it names: a restarted process with a new key does not count its old spawns,
+                    whose credentials it cannot verify), until it expires
     stats/<id>      one entry per meta-tool request any replica answered (`event_counts`), summed on read
     revoked/<id>    a closed spawn's credential, refused everywhere until it would have expired (and the
                     clock leeway after that, while it would still verify)
@@ -139,8 +141,11 @@ class SpawnRegistry:
 
     @property
     def open_count(self) -> int:
-        """Spawns open now on every replica sharing the store (reads the store)."""
-        return len(self._store.scan("spawns"))
+        """Spawns open now on every replica sharing the store and the signing key (reads the store)."""
+        key_id = self._credentials.key_id
+        return sum(
+            isinstance(record, dict) and record.get("key") == key_id for record in self._store.scan("spawns").values()
+        )
 
     def open(self, task: str, agent: str, base_url: str, *, task_id: str | None = None) -> SpawnHandle:
         """Open one spawn: its endpoint, its signed credential and its plan (counted once in telemetry).
@@ -156,7 +161,7 @@ class SpawnRegistry:
         if self._learned_pins is not None:
             recent += [name for name in self._learned_pins(task, task_id, agent, recent) if name not in recent]
         with self._open_lock:
-            if len(self._store.scan("spawns")) >= gw.max_open_spawns:
+            if self.open_count >= gw.max_open_spawns:
                 raise SpawnLimitError(
                     f"gateway: {gw.max_open_spawns} spawns are open (gateway.max_open_spawns); close one or "
                     "wait for one to expire"
@@ -169,6 +174,7 @@ class SpawnRegistry:
                 "pins": recent,
                 "opened": claims.issued,
                 "expires": claims.expires,
+                "key": self._credentials.key_id,
             }
             # The record ends with the credential.
             self._store.put(f"spawns/{spawn_id}", record, ttl_s=max(claims.remaining_s(), 0.001))
