@@ -357,8 +357,11 @@ class _SpawnSessions:
                 "user": _principal(f"spawn:{spawn_id}"),
                 SCOPE_KEY: None,
             }
-            with anyio.CancelScope(shield=True):  # a close answered is a session ended, even if the caller left
-                await self._manager.handle_request(scope, _no_body, _discard)
+            try:
+                with anyio.CancelScope(shield=True):  # a close answered is a session ended, even if the caller left
+                    await self._manager.handle_request(scope, _no_body, _discard)
+            except Exception:  # boundary: a failure here must not fail the close, nor stop the server's timers
+                log.exception("gateway: could not end MCP session %s of spawn %s", session_id, spawn_id)
 
 
 async def _no_body() -> dict[str, Any]:
