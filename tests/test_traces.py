@@ -4,11 +4,13 @@ forgetting, and the JSON lines format."""
 from __future__ import annotations
 
 import json
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
-from orchestrator import Trace, TraceSettings, TraceStore, parse_trace, redact
+from orchestrator import Trace, TraceRecorder, TraceSettings, TraceStore, parse_trace, redact
+from orchestrator._events import Caller, CallEvent, RankedTool, SearchEvent
 from orchestrator._store import FileStore, MemoryStore
 from orchestrator._task_memory import TaskMemory
 
@@ -70,6 +72,28 @@ def test_a_spawn_counts_once_per_tool_its_latest_trace_kept() -> None:
     store.record([Trace("forecast for Rome", "w", "forecast", "s1", clock.now - 5)])
     store.record([Trace("forecast for Oslo", "w", "forecast", "s2", clock.now)])
     assert [(t.spawn, t.query) for t in store.load()] == [("s1", "forecast for Rome"), ("s2", "forecast for Oslo")]
+
+
+def test_a_spawn_sending_new_long_queries_does_not_grow_the_recorders_memory() -> None:
+    """Found by red-teaming: a spawn's listener remembered every (tool, whole query) it stored, so an agent
+    alternating new 8,000-character searches with one call grew the gateway by its queries for the spawn's
+    life. It keeps short digests now, and only the newest ones."""
+    hear = TraceRecorder(TraceStore(MemoryStore())).listener()
+    caller = Caller(agent="searcher", spawn="s1")
+    hit = RankedTool("time__now", "time", "now", 1, 1.0)
+
+    def pairs(start: int, count: int) -> None:
+        for n in range(start, start + count):
+            hear(SearchEvent(caller=caller, outcome="hit", query=f"{n} " + "q" * 8_000, hits=(hit,)))
+            hear(CallEvent(caller=caller, outcome="ok", name="time__now", tool=("time__now", 10), server="time"))
+
+    pairs(0, 100)  # the searches remembered fill up first
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    pairs(100, 2_000)
+    grown = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert grown < 1_000_000  # was 16 MB: every query kept whole
 
 
 def test_request_text_is_redacted_before_it_is_stored(tmp_path: Path) -> None:

@@ -57,6 +57,10 @@ keeping whole."""
 SEARCHES_REMEMBERED = 16
 """Searches a spawn's listener keeps to match a later call against: an agent searches, expands, then
 calls within a few requests."""
+RECORDED_REMEMBERED = 1024
+"""(tool, query) pairs a spawn's listener remembers having stored, as 16-byte digests, to skip storing one
+again; the oldest are forgotten past this (the store keeps one trace per spawn and tool anyway). Unbounded,
+an agent sending new long queries grew the gateway's memory by its queries' size for the spawn's life."""
 DAY_S = 86_400.0
 
 
@@ -323,7 +327,7 @@ class TraceRecorder:
         in-process loop, the gateway's own endpoint) count as one spawn per listener."""
         searches: deque[_Search] = deque(maxlen=SEARCHES_REMEMBERED)
         local = f"local-{secrets.token_hex(6)}"
-        recorded: set[tuple[str, str]] = set()
+        recorded: dict[bytes, None] = {}  # digests of the pairs stored, oldest first
 
         def hear(event: MetaEvent) -> None:
             if isinstance(event, SearchEvent) and event.error is None and event.query.strip():
@@ -331,8 +335,14 @@ class TraceRecorder:
                 searches.append(_Search(event.query, found))
             elif isinstance(event, CallEvent) and event.outcome == "ok" and event.tool is not None and searches:
                 trace = self._trace(event, searches, resolve, event.caller.spawn or local)
-                if trace is not None and (trace.tool, trace.query) not in recorded:
-                    recorded.add((trace.tool, trace.query))
+                if trace is None:
+                    return
+                pair = f"{trace.tool}\x00{trace.query[:MAX_QUERY_CHARS]}".encode("utf-8", "surrogatepass")
+                digest = hashlib.sha256(pair).digest()[:16]
+                if digest not in recorded:
+                    recorded[digest] = None
+                    if len(recorded) > RECORDED_REMEMBERED:
+                        del recorded[next(iter(recorded))]
                     self._store([trace])
 
         return hear
