@@ -71,6 +71,19 @@ def test_import_stats_export_and_clear_round_trip_with_secrets_redacted(config: 
     assert json.loads(runner.invoke(app, ["--config", str(config), "traces", "stats", "--json"]).output)["traces"] == 0
 
 
+def test_request_text_with_line_separators_and_controls_round_trips_as_ascii(config: Path, tmp_path: Path) -> None:
+    """Found by red-teaming: export wrote an agent's request text raw (a U+2028 in it, a C1 CSI, an RLO), and
+    import split lines at U+2028 too, so one stored query made the whole file fail to import."""
+    query = "umbrella\u2028in Porto \u009b31m \u202egnirts"
+    source = tmp_path / "in.jsonl"
+    source.write_text(json.dumps({**LINES[0], "query": query}, ensure_ascii=False) + "\n", encoding="utf-8")
+    imported = runner.invoke(app, ["--config", str(config), "traces", "import", str(source)])
+    assert imported.exit_code == 0, imported.output
+    exported = runner.invoke(app, ["--config", str(config), "traces", "export"])
+    assert exported.exit_code == 0 and exported.output.isascii()
+    assert [json.loads(line)["query"] for line in exported.output.splitlines()] == [query]
+
+
 def test_a_bad_import_line_is_one_error_naming_the_line(config: Path, tmp_path: Path) -> None:
     source = write_lines(tmp_path / "in.jsonl", [LINES[0], {"query": "q", "server": "s", "tool": "t"}])
     result = runner.invoke(app, ["--config", str(config), "traces", "import", str(source)])

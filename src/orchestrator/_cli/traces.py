@@ -46,7 +46,8 @@ def read_traces(path: Path) -> tuple[list[Trace], int]:
     from .._traces import parse_trace
 
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # Split at line feeds only: str.splitlines also splits at U+2028 and the like, which JSON strings may hold.
+        lines = path.read_text(encoding="utf-8").split("\n")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read traces: {exc}") from None
     now = time.time()
@@ -135,7 +136,9 @@ def traces_export(
         traces = store.load()
     finally:
         store.store.close()
-    text = "".join(json.dumps(trace.to_json(), ensure_ascii=False) + "\n" for trace in traces)
+    # ASCII with escapes: an agent's request text reaches neither a terminal's control sequences nor a
+    # reader that splits lines at U+2028.
+    text = "".join(json.dumps(trace.to_json()) + "\n" for trace in traces)
     if output is None:
         sys.stdout.write(text)
         sys.stdout.flush()
