@@ -333,6 +333,20 @@ def test_task_history_sits_on_the_store_and_a_folder_still_works(tmp_path: Path)
     assert folder.recent("task-1") == ["b", "a"]
 
 
+def test_task_ids_that_differ_keep_their_own_history(store: Store) -> None:
+    """Found by red-teaming: FileStore made file names by replacing other characters with `_` and cutting at
+    100 characters, so `proj.fix-1`, `proj_fix-1`, `proj/fix-1` and `proj:fix-1` (all valid task ids), and
+    long ids agreeing in their first 100 characters, shared one history: one task's tools were pinned in
+    the others' spawns."""
+    history = TaskHistory(store)
+    ids = ["proj_fix-1", "proj.fix-1", "proj/fix-1", "proj:fix-1", "x" * 128, "x" * 127 + "y", "é"]
+    for n, task in enumerate(ids):
+        history.record(task, [f"tool{n}"])
+    assert [history.recent(task) for task in ids] == [[f"tool{n}"] for n in range(len(ids))]
+    if isinstance(store, FileStore):  # ids that are file names already keep them (no history lost on upgrade)
+        assert (store.root / "tasks" / "proj_fix-1.json").exists() and (store.root / "tasks" / "é.json").exists()
+
+
 def test_a_redis_that_is_down_is_a_store_error_and_history_goes_on_without_it() -> None:
     port = _free_port()  # nothing listens there
     down = RedisStore(f"redis://:hunter2@127.0.0.1:{port}/0")

@@ -18,6 +18,7 @@ its worker pool, never on its event loop.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import json
 import math
@@ -39,6 +40,8 @@ __all__ = ["FileStore", "MemoryStore", "RedisStore", "Store", "StoreError", "ope
 
 NAME_CHARS = 100
 """Longest file name FileStore makes from a key's name part (file systems allow 255 bytes)."""
+FILE_HASH_CHARS = 16
+"""Hex digits of the hash that tells apart the names FileStore cannot keep as they are (64 bits)."""
 REDIS_TIMEOUT_S = 5.0
 """Connect and command timeout: a Redis that does not answer in this long fails the request, not the loop."""
 REDIS_BLOBS_PER_COMMAND = 1_000
@@ -237,7 +240,7 @@ class FileStore:
 
     def _path(self, key: str) -> Path:
         namespace, name = split_key(key)
-        return self.root / _safe(namespace) / f"{_safe(name)}.json"
+        return self.root / _safe(namespace) / f"{_file_name(name)}.json"
 
     def get(self, key: str) -> Any | None:
         return self._read(self._path(key), time.time())
@@ -467,3 +470,13 @@ def redacted(url: str) -> str:
 
 def _safe(part: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in part)[:NAME_CHARS] or "_"
+
+
+def _file_name(name: str) -> str:
+    """A key's name as a file name: itself when it is one already (letters, digits, `-`, `_`, at most
+    NAME_CHARS); else a safe prefix, a `.` (which no such name has) and a hash of the name, so two names
+    never share a file (`proj.fix-1` and `proj_fix-1` did, and so did long names agreeing in their start)."""
+    safe = _safe(name)
+    if safe == name:
+        return name
+    return f"{safe[: NAME_CHARS - FILE_HASH_CHARS - 1]}.{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:FILE_HASH_CHARS]}"
