@@ -42,6 +42,14 @@ class Clock:
         ("digest 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "9f86d0818"),
         ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\n-----END RSA PRIVATE KEY-----", "MIIEpAIBAAKCAQEA"),
         ("my signing_key is 0123456789abcdef0123456789abcdef", "0123456789abcdef"),
+        # Structured forms, found by red-teaming: a quoted name, a longer name, a flag, curl's -u.
+        ('config {"password": "hunter2"}', "hunter2"),
+        ("{'api_key': 'Xy7short'}", "Xy7short"),
+        ("DB_PASSWORD=hunter2 ./run", "hunter2"),
+        ("export GITHUB_TOKEN=hunter2xyz", "hunter2xyz"),
+        ("MYSQL_PWD=hunter2 mysql -u root", "hunter2"),
+        ("mysql -u root --password hunter2", "hunter2"),
+        ("curl -u admin:hunter2 https://host/api", "hunter2"),
     ],
 )
 def test_obvious_secrets_are_redacted(text: str, secret: str) -> None:

@@ -9,7 +9,8 @@ What counts as a secret, in order:
 
     a PEM private key block                     -----BEGIN ... PRIVATE KEY----- ... -----END ...-----
     a URL's user and password                   https://user:pass@host -> https://***@host
-    a value written after a secret's name       password: x, token=x, api key is x (`SECRET_NAMES`)
+    a value written after a secret's name       password: x, token=x, api key is x, "password": "x",
+                                                DB_PASSWORD=x, --password x, curl -u user:x (`SECRET_NAMES`)
     an HTTP credential                          Bearer x, Basic x
     a known token shape                         sk-..., ghp_..., github_pat_..., xoxb-..., AKIA...,
                                                 AIza..., glpat-..., JWTs
@@ -53,9 +54,12 @@ _NAME = "|".join(
 _PEM = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.DOTALL)
 _URL_CREDENTIALS = re.compile(r"\b([a-z][a-z0-9+.-]*://)[^\s/@:]+(?::[^\s/@]*)?@", re.IGNORECASE)
 _NAMED_VALUE = re.compile(
-    rf"\b((?:{_NAME})s?\b\s*(?:[:=]|\bis\b|\bwas\b)\s*)([\"'`]?)(?!{re.escape(REDACTED)}|(?:Bearer|Basic)\s)([^\s\"'`,;]+)",
+    rf"(?<![A-Za-z0-9])((?:{_NAME})s?\b[\"'`]?\s*(?:[:=]|\bis\b|\bwas\b)\s*|(?<![\w-])--?(?:{_NAME})s?[ \t]+|(?<!\S)-u[ \t]+[^\s:]+:)"
+    rf"([\"'`]?)(?!{re.escape(REDACTED)}|(?:Bearer|Basic)\s)([^\s\"'`,;]+)",
     re.IGNORECASE,
 )
+"""The name may close a quote (`{"password": x}`) or end a longer one (`DB_PASSWORD=x`, `GITHUB_TOKEN=x`);
+a command-line flag (`--password x`) and curl's `-u user:x` take the value after a space."""
 _HTTP_CREDENTIAL = re.compile(r"\b(Bearer|Basic|Token)\s+([A-Za-z0-9._~+/=-]{8,})", re.IGNORECASE)
 _TOKEN_SHAPES = re.compile(
     r"\b(?:sk-(?:ant-|proj-)?[A-Za-z0-9_-]{16,}"
