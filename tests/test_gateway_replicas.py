@@ -44,6 +44,7 @@ from orchestrator import (
     ToolSearchEngine,
     ToolSearchSettings,
 )
+from orchestrator import _store as store_module
 from orchestrator._blobs import MAX_PACKS, PACK_SUFFIX
 from orchestrator._store import FileStore, MemoryStore, RedisStore
 from orchestrator.search._embedding.model import EXTRA_MODULES
@@ -331,6 +332,29 @@ def test_task_history_sits_on_the_store_and_a_folder_still_works(tmp_path: Path)
     assert json.loads((tmp_path / "cache" / "tasks" / "task-1.json").read_text())["value"]["recent"] == ["b", "a"]
     folder = TaskHistory(tmp_path / "cache" / "tasks")  # a folder, as before the store: the same files
     assert folder.recent("task-1") == ["b", "a"]
+
+
+@pytest.mark.parametrize("kind", ["memory", "files"])
+def test_expired_records_no_read_asks_for_are_reclaimed(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by red-teaming: an expired record went only when its own key was read, and nothing reads an
+    expired spawn's counts or a closed spawn's revocation again: the file store kept one file per spawn
+    forever (its counts file growing with every request the agent made), the memory store one entry."""
+    monkeypatch.setattr(store_module, "SWEEP_INTERVAL_S", 0.0, raising=False)  # sweep at every write that expires
+    store = MemoryStore() if kind == "memory" else FileStore(tmp_path / "store")
+    for n in range(3):
+        store.put(f"revoked/{n}", 1.0, ttl_s=0.05)
+        store.append(f"stats/{n}", {"calls": 1}, ttl_s=0.05)
+    time.sleep(0.1)
+    store.put("revoked/live", 1.0, ttl_s=60)
+    store.append("stats/live", {"calls": 1}, ttl_s=60)
+    if isinstance(store, FileStore):
+        assert sorted(path.name for path in (store.root / "revoked").iterdir()) == ["live.json"]
+        assert sorted(path.name for path in (store.root / "stats").iterdir()) == ["live.jsonl"]
+    else:
+        assert list(store._data) == ["revoked/live"] and list(store._lists) == ["stats/live"]
+    assert store.get("revoked/live") == 1.0 and store.items("stats/live") == [{"calls": 1}]
 
 
 def test_task_ids_that_differ_keep_their_own_history(store: Store) -> None:

@@ -40,6 +40,9 @@ __all__ = ["FileStore", "MemoryStore", "RedisStore", "Store", "StoreError", "ope
 
 NAME_CHARS = 100
 """Longest file name FileStore makes from a key's name part (file systems allow 255 bytes)."""
+SWEEP_INTERVAL_S = 60.0
+"""How often a store, writing a record that expires, also reclaims the expired records of its namespace
+that no read would ever remove (a spawn's counts after it expired, a closed spawn's revocation)."""
 FILE_HASH_CHARS = 16
 """Hex digits of the hash that tells apart the names FileStore cannot keep as they are (64 bits)."""
 REDIS_TIMEOUT_S = 5.0
@@ -129,6 +132,7 @@ class MemoryStore:
         self._lists: dict[str, tuple[float, list[str]]] = {}
         self._blobs: dict[str, dict[bytes, bytes]] = {}
         self._lock = threading.Lock()
+        self._swept = 0.0
 
     def get(self, key: str) -> Any | None:
         with self._lock:
@@ -145,6 +149,8 @@ class MemoryStore:
         record = (_expiry(ttl_s), json.dumps(value))  # a copy: callers may change `value` afterwards
         with self._lock:
             self._data[key] = record
+            if ttl_s is not None:
+                self._sweep()
 
     def delete(self, key: str) -> None:
         with self._lock:
@@ -175,6 +181,7 @@ class MemoryStore:
             if current is None or current[0] <= time.time():
                 current = self._lists[key] = (expires, [])
             current[1].append(text)
+            self._sweep()
 
     def items(self, key: str) -> list[Any]:
         with self._lock:
@@ -204,6 +211,17 @@ class MemoryStore:
     def close(self) -> None:
         return None
 
+    def _sweep(self) -> None:
+        """Drop every expired record and list, at most once per SWEEP_INTERVAL_S (under the lock)."""
+        now = time.time()
+        if now - self._swept < SWEEP_INTERVAL_S:
+            return
+        self._swept = now
+        for key in [key for key, (expires, _) in self._data.items() if expires is not None and expires <= now]:
+            del self._data[key]
+        for key in [key for key, (expires, _) in self._lists.items() if expires <= now]:
+            del self._lists[key]
+
 
 class FileStore:
     """One small JSON file per record, `root/<namespace>/<name>.json`: `{"expires": t|null, "value": v}`;
@@ -213,14 +231,17 @@ class FileStore:
     live (a task history) is written with an fsync; short-lived ones are not. Records are replaced
     atomically (a temporary file and a rename): a reader sees the old record or the new one. List items
     are appended (O_APPEND, one write each): about 40 us here, where replacing a file costs about 1 ms,
-    so counting every tool call stays cheap. Names are reduced to `[A-Za-z0-9_-]` for the file name, as
-    task histories always were. Binary records go to pack files under `root/<namespace>/` (`BlobPacks`).
+    so counting every tool call stays cheap. A name is its file name when it has only letters, digits, `-` and
+    `_` (`_file_name`). Expired files go when read, or in the sweep a write that expires starts at most once a
+    minute per namespace. Binary records go to pack files under `root/<namespace>/` (`BlobPacks`).
     """
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self._packs: dict[str, BlobPacks] = {}
         self._packs_lock = threading.Lock()
+        self._swept: dict[Path, float] = {}
+        """Namespace folder -> when this process last swept it."""
 
     def _blob_packs(self, namespace: str) -> BlobPacks:
         with self._packs_lock:
@@ -251,6 +272,8 @@ class FileStore:
         payload = json.dumps({"key": key, "expires": expires, "value": value}).encode("utf-8")
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, payload, durable=expires is None)  # expiring records need not survive a crash
+        if expires is not None:
+            self._sweep(path.parent)
 
     def delete(self, key: str) -> None:
         path = self._path(key)
@@ -283,6 +306,7 @@ class FileStore:
             os.write(fd, line)
         finally:
             os.close(fd)
+        self._sweep(path.parent)
 
     def items(self, key: str) -> list[Any]:
         path = self._path(key).with_suffix(".jsonl")
@@ -309,6 +333,21 @@ class FileStore:
 
     def close(self) -> None:
         return None
+
+    def _sweep(self, folder: Path) -> None:
+        """Remove the folder's expired records and lists, at most once per SWEEP_INTERVAL_S: files only a
+        read of their own key would remove otherwise (a list expires with its first line)."""
+        now = time.time()
+        if now - self._swept.get(folder, 0.0) < SWEEP_INTERVAL_S:
+            return
+        self._swept[folder] = now
+        with contextlib.suppress(OSError):
+            for path in folder.iterdir():
+                if path.suffix == ".json":
+                    self._envelope(path, now)  # removes it once expired
+                elif path.suffix == ".jsonl" and _first_line_expired(path, now):
+                    with contextlib.suppress(OSError):
+                        path.unlink()
 
     def _read(self, path: Path, now: float) -> Any | None:
         envelope = self._envelope(path, now)
@@ -470,6 +509,17 @@ def redacted(url: str) -> str:
 
 def _safe(part: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in part)[:NAME_CHARS] or "_"
+
+
+def _first_line_expired(path: Path, now: float) -> bool:
+    """Whether a list file's first item (which its whole list expires with) has expired."""
+    try:
+        with path.open("rb") as file:
+            entry = json.loads(file.readline())
+    except (OSError, ValueError):
+        return False
+    expires = entry.get("expires") if isinstance(entry, dict) else None
+    return isinstance(expires, int | float) and expires <= now
 
 
 def _file_name(name: str) -> str:
