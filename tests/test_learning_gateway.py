@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import mcp.types as types
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -138,6 +139,24 @@ async def test_full_mode_calls_are_not_counted_and_failed_calls_teach_nothing(
             assert await client.call_tool(TOOL, {"timezone": "UTC"})
         assert await gateway.run_sync(TraceStore(store).load) == []
     assert ranks(reader) == {}
+
+
+async def test_the_gateways_own_endpoint_counts_as_one_spawn_whatever_clients_reach_it(manager: MCPManager) -> None:
+    """Found by red-teaming: each client kind reaching /mcp (its own variant of the endpoint) recorded traces
+    as a new spawn, so the admin endpoint alone passed `min_spawns` (docs: it counts as one spawn)."""
+    store = MemoryStore()
+    async with Gateway(learning_settings(manager), manager, agent="searcher", store=store) as gateway:
+        async with gateway.running("127.0.0.1", 0) as base:
+            for name in (None, "claude-code", "codex-mcp-client"):
+                info = types.Implementation(name=name, version="1") if name else None
+                async with (
+                    httpx2.AsyncClient(headers={"Authorization": f"Bearer {gateway.credentials.admin_secret}"}) as http,
+                    Client(streamable_http_client(f"{base}/mcp", http_client=http), client_info=info) as client,
+                ):
+                    await search(client, f"{REQUEST} as {name}")
+                    await call(client)
+            traces = await gateway.run_sync(TraceStore(store).load)
+    assert len(traces) == 1 and traces[0].spawn.startswith("local-")  # one spawn: one trace per tool
 
 
 async def test_an_in_process_loop_learns_through_a_recorder_listener(manager: MCPManager, tmp_path: Path) -> None:

@@ -322,11 +322,13 @@ class TraceRecorder:
         self._clock = clock
         self._warned = False
 
-    def listener(self, resolve: Callable[[str], tuple[str, str] | None] | None = None) -> EventListener:
+    def listener(
+        self, resolve: Callable[[str], tuple[str, str] | None] | None = None, *, local: str | None = None
+    ) -> EventListener:
         """A new spawn's listener. Its spawn id is the events' (`Caller.spawn`); events without one (an
-        in-process loop, the gateway's own endpoint) count as one spawn per listener."""
+        in-process loop, the gateway's own endpoint) count as the spawn `local` (default: one per listener)."""
         searches: deque[_Search] = deque(maxlen=SEARCHES_REMEMBERED)
-        local = f"local-{secrets.token_hex(6)}"
+        local = local or f"local-{secrets.token_hex(6)}"
         recorded: dict[bytes, None] = {}  # digests of the pairs stored, oldest first
 
         def hear(event: MetaEvent) -> None:

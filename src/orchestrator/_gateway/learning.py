@@ -11,6 +11,7 @@ Everything lives in the gateway's store, so replicas sharing it learn from each 
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Callable
 
 from .._config import Settings
@@ -60,6 +61,8 @@ class GatewayLearning:
         self._view = view
         self.traces = (traces or TraceStore(store, learning)) if learning.enabled else None
         self.recorder = TraceRecorder(self.traces) if self.traces is not None else None
+        self._local = f"local-{secrets.token_hex(6)}"
+        """The spawn the gateway's own endpoint counts as, whatever client kinds reach it (each has its view)."""
         self.evidence = TraceEvidence(self.traces.load, learning, vectors=self._vectors) if self.traces else None
         self.task_memory = TaskMemory(store, learning) if learning.enabled and learning.pin_similar_tasks else None
 
@@ -70,7 +73,7 @@ class GatewayLearning:
 
     def listener(self, view: AgentView) -> EventListener | None:
         """A new endpoint's trace recorder (None when learning is off)."""
-        return self.recorder.listener(view.own_name) if self.recorder is not None else None
+        return self.recorder.listener(view.own_name, local=self._local) if self.recorder is not None else None
 
     # ------------------------------------------------------------------ plans
 
