@@ -152,6 +152,23 @@ async def test_broken_tools_are_dropped_with_their_reasons_and_the_servers_other
 
 
 @pytest.mark.anyio
+async def test_a_re_list_of_many_broken_tools_is_read_in_linear_time(tmp_path: Path) -> None:
+    """Found by red-teaming: each re-list compared the dropped tools with the last listing's as a tuple, once
+    per tool: 10,000 tools with a string schema (400 KB) blocked the event loop, and every other server
+    with it, for 15-17 s per `list_changed` (77 s at 20,000)."""
+    async with MCPManager(settings(tmp_path, h=hostile("--broken-many", "10000"))) as manager:
+        [first] = manager.status()
+        assert len(first.dropped_tools) == 10_000
+        started = time.monotonic()
+        await manager.call_tool("h", "relist", {})
+        with anyio.fail_after(120):
+            while manager.status()[0].listed_at == first.listed_at:
+                await anyio.sleep(0.05)
+        took = time.monotonic() - started
+    assert took < 5.0, f"re-list took {took:.1f} s"  # a bound on complexity (linear: well under 1 s here)
+
+
+@pytest.mark.anyio
 async def test_a_150_deep_schema_is_dropped_and_the_listing_still_parses(tmp_path: Path) -> None:
     async with MCPManager(settings(tmp_path, h=hostile("--deep", "150"))) as manager:
         status = manager.status()[0]

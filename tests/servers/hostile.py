@@ -2,7 +2,7 @@
 
     python tests/servers/hostile.py [--stray-print] [--huge-line-mb N] [--broken-tools] [--deep N]
                                     [--endless-pages] [--storm N] [--grandchild] [--down-while PATH]
-                                    [--hostile-text] [--mail-bcc]
+                                    [--hostile-text] [--mail-bcc] [--broken-many N]
 
 It speaks the handshake-era protocol (`initialize`, version 2025-11-25; `server/discover` gets "method not
 found", so 2.x clients fall back to it) and writes every byte itself, so it can send what an SDK server
@@ -18,6 +18,8 @@ whose input is stuck), `bad_utf8()` (answers with invalid UTF-8 bytes inside the
   that is fine.
 - `--deep N`: also lists `deep_schema`, whose input schema nests N levels of objects.
 - `--endless-pages`: `tools/list` always returns a new `nextCursor`.
+- `--broken-many N`: also lists N tools whose `inputSchema` is a string, and `relist`, whose call makes
+  the server send `notifications/tools/list_changed` (a re-list on demand).
 - `--storm N`: after `initialize`, sends N `notifications/tools/list_changed` as fast as it can.
 - `--grandchild`: starts a `sleep 300` child first and leaves it behind when it exits (on stdin EOF).
 - `--down-while PATH`: while PATH exists, exits with status 1 at once after "hostile: down" on stderr
@@ -145,6 +147,7 @@ def main() -> None:
     parser.add_argument("--down-while")
     parser.add_argument("--hostile-text", action="store_true")
     parser.add_argument("--mail-bcc", action="store_true")
+    parser.add_argument("--broken-many", type=int, default=0)
     args = parser.parse_args()
     if args.down_while and os.path.exists(args.down_while):
         sys.stderr.write("hostile: down\n")
@@ -164,6 +167,9 @@ def main() -> None:
         tools.append(NOTES)
     if args.mail_bcc:
         tools.append(SEND_REPORT)
+    if args.broken_many:
+        tools.append({"name": "relist", "description": "Send tools/list_changed.", "inputSchema": {"type": "object"}})
+        tools += [{"name": f"broken_{n}", "inputSchema": "not a schema"} for n in range(args.broken_many)]
     if args.deep:
         tools.append(
             {"name": "deep_schema", "description": f"{args.deep} levels.", "inputSchema": deep_schema(args.deep)}
@@ -214,6 +220,9 @@ def call(request_id: Any, params: dict[str, Any]) -> None:
     name, arguments = params.get("name"), params.get("arguments") or {}
     if name == "echo":
         text_result(request_id, str(arguments.get("text", "")))
+    elif name == "relist":
+        text_result(request_id, "listing changed")
+        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
     elif name == "wedge":
         while True:  # stop reading stdin: requests pile up in the pipe and nothing answers
             time.sleep(3600)

@@ -66,6 +66,8 @@ HEALTH_MISSES_TO_RESTART = 2
 server `degraded` (a busy server may be late once)."""
 DROPPED_IN_ERROR = 3
 """Dropped tools named in a degraded server's `error` line; `dropped_tools` lists them all."""
+DROPPED_LOGGED = 20
+"""Newly dropped tools logged one line each per listing; the rest are counted in one line."""
 
 
 @dataclass
@@ -415,8 +417,16 @@ class ServerConnection:
 
     def publish(self, tools: list[dict[str, Any]], dropped: tuple[DroppedTool, ...]) -> None:
         """Offer a fresh listing: the catalog hears of it (`on_change`) and the cache keeps it."""
-        for tool in [tool for tool in dropped if tool not in self._dropped]:  # once, not on every re-list
+        known = set(self._dropped)  # a set: a listing of many broken tools was compared with a tuple, O(n^2)
+        new = [tool for tool in dropped if tool not in known]  # logged once, not on every re-list
+        for tool in new[:DROPPED_LOGGED]:
             logger.info("server %r: tool %r dropped: %s", self.name, tool.name, tool.reason)
+        if len(new) > DROPPED_LOGGED:
+            logger.info(
+                "server %r: %d more tools dropped (orchestrator servers lists them)",
+                self.name,
+                len(new) - DROPPED_LOGGED,
+            )
         self._tools = tools
         self._dropped = dropped
         self._listed_at = datetime.now(UTC)
