@@ -2,7 +2,7 @@
 
     python tests/servers/hostile.py [--stray-print] [--huge-line-mb N] [--broken-tools] [--deep N]
                                     [--endless-pages] [--storm N] [--grandchild] [--down-while PATH]
-                                    [--hostile-text] [--mail-bcc] [--broken-many N]
+                                    [--hostile-text] [--mail-bcc] [--broken-many N] [--many N]
 
 It speaks the handshake-era protocol (`initialize`, version 2025-11-25; `server/discover` gets "method not
 found", so 2.x clients fall back to it) and writes every byte itself, so it can send what an SDK server
@@ -20,6 +20,7 @@ whose input is stuck), `bad_utf8()` (answers with invalid UTF-8 bytes inside the
 - `--endless-pages`: `tools/list` always returns a new `nextCursor`.
 - `--broken-many N`: also lists N tools whose `inputSchema` is a string, and `relist`, whose call makes
   the server send `notifications/tools/list_changed` (a re-list on demand).
+- `--many N`: also lists N small valid tools, and `relist`.
 - `--storm N`: after `initialize`, sends N `notifications/tools/list_changed` as fast as it can.
 - `--grandchild`: starts a `sleep 300` child first and leaves it behind when it exits (on stdin EOF).
 - `--down-while PATH`: while PATH exists, exits with status 1 at once after "hostile: down" on stderr
@@ -148,6 +149,7 @@ def main() -> None:
     parser.add_argument("--hostile-text", action="store_true")
     parser.add_argument("--mail-bcc", action="store_true")
     parser.add_argument("--broken-many", type=int, default=0)
+    parser.add_argument("--many", type=int, default=0)
     args = parser.parse_args()
     if args.down_while and os.path.exists(args.down_while):
         sys.stderr.write("hostile: down\n")
@@ -167,9 +169,13 @@ def main() -> None:
         tools.append(NOTES)
     if args.mail_bcc:
         tools.append(SEND_REPORT)
-    if args.broken_many:
+    if args.broken_many or args.many:
         tools.append({"name": "relist", "description": "Send tools/list_changed.", "inputSchema": {"type": "object"}})
         tools += [{"name": f"broken_{n}", "inputSchema": "not a schema"} for n in range(args.broken_many)]
+        tools += [
+            {"name": f"tool_{n}", "description": f"Tool {n}.", "inputSchema": ECHO["inputSchema"]}
+            for n in range(args.many)
+        ]
     if args.deep:
         tools.append(
             {"name": "deep_schema", "description": f"{args.deep} levels.", "inputSchema": deep_schema(args.deep)}

@@ -22,6 +22,7 @@ when it succeeds. docs/servers.md draws the state machine.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import random
@@ -307,7 +308,7 @@ class ServerConnection:
             watchdog.cancel()
             end.ready_at = anyio.current_time()
             self._session = session
-            self.publish(tools, dropped)
+            await self.publish(tools, dropped)
             session.serve()
             if self.config.transport != "stdio" and self.config.health_interval_s > 0:
                 session.start_soon(self._health_loop)
@@ -415,8 +416,19 @@ class ServerConnection:
         self._from_cache = True
         self._published = entry.tools
 
-    def publish(self, tools: list[dict[str, Any]], dropped: tuple[DroppedTool, ...]) -> None:
-        """Offer a fresh listing: the catalog hears of it (`on_change`) and the cache keeps it."""
+    async def publish(self, tools: list[dict[str, Any]], dropped: tuple[DroppedTool, ...]) -> None:
+        """Offer a fresh listing: the cache keeps it, then the catalog hears of it (`on_change`). The cache
+        file is written on a worker thread first (a large listing's took the event loop for most of a
+        second), so a server is never ready with its listing unwritten."""
+        listed_at = datetime.now(UTC)
+        if self._cache is not None:
+            try:
+                store = functools.partial(self._cache.store, self.name, self.config, tools, written_at=listed_at)
+                with anyio.CancelScope(shield=True):  # a listing read is kept, even by a manager closing
+                    await anyio.to_thread.run_sync(store)
+            except OSError as exc:
+                where = self._cache.directory
+                logger.warning("server %r: cannot write the tool cache in %s: %s", self.name, where, exc)
         known = set(self._dropped)  # a set: a listing of many broken tools was compared with a tuple, O(n^2)
         new = [tool for tool in dropped if tool not in known]  # logged once, not on every re-list
         for tool in new[:DROPPED_LOGGED]:
@@ -429,7 +441,7 @@ class ServerConnection:
             )
         self._tools = tools
         self._dropped = dropped
-        self._listed_at = datetime.now(UTC)
+        self._listed_at = listed_at
         self._from_cache = False
         self._ever_ready = True
         self._circuit = Circuit.CLOSED
@@ -440,12 +452,6 @@ class ServerConnection:
             more = f"; and {len(dropped) - DROPPED_IN_ERROR} more" if len(dropped) > DROPPED_IN_ERROR else ""
             self._degraded["tools"] = f"{len(dropped)} tool(s) dropped: {named}{more}"
         self._set_serving()
-        if self._cache is not None:
-            try:
-                self._cache.store(self.name, self.config, tools, written_at=self._listed_at)
-            except OSError as exc:
-                where = self._cache.directory
-                logger.warning("server %r: cannot write the tool cache in %s: %s", self.name, where, exc)
 
     def set_degraded(self, cause: str, problem: str | None) -> None:
         """Record (or clear, with None) one reason the connected server is degraded."""

@@ -57,6 +57,8 @@ T = TypeVar("T")
 LogSink = Callable[[types.LoggingMessageNotificationParams], Awaitable[None]]
 """Where a call's caller wants the server's log messages (the gateway relays them to its client)."""
 
+MAX_RELIST_SPACING_S = 30.0
+"""The longest pause after a re-list before the next (each waits as long as the last listing took)."""
 MAX_LIST_PAGES = 1000
 """Most `tools/list` pages followed in one listing: a paginator that never ends cannot hang a re-list."""
 RELISTEN_DELAY_S = 0.2
@@ -86,7 +88,7 @@ _LINE_FAULT_TEXT = {
 class SessionOwner(Protocol):
     """What a session tells the supervisor that created it."""
 
-    def publish(self, tools: list[dict[str, Any]], dropped: tuple[DroppedTool, ...]) -> None:
+    async def publish(self, tools: list[dict[str, Any]], dropped: tuple[DroppedTool, ...]) -> None:
         """A re-list after a change finished: offer this list."""
 
     def set_degraded(self, cause: str, problem: str | None) -> None:
@@ -334,7 +336,7 @@ class Session:
         seen: set[str] = set()
         for _ in range(MAX_LIST_PAGES):
             page = await client.list_tools(cursor=cursor, cache_mode="refresh")
-            tools.extend(tool.model_dump(by_alias=True, mode="json", exclude_unset=True) for tool in page.tools)
+            tools.extend(await anyio.to_thread.run_sync(_wire_shapes, page.tools))  # many tools: off the loop
             cursor = page.next_cursor
             if not cursor:
                 return tools, self._filter.dropped()
@@ -409,6 +411,7 @@ class Session:
         while True:
             await self._relist.wait()
             self._relist = anyio.Event()
+            started = anyio.current_time()
             try:
                 with anyio.fail_after(self.config.call_timeout_s):
                     tools, dropped = await self.list_tools()
@@ -427,7 +430,10 @@ class Session:
             except Exception as exc:  # boundary: transport failures end the session, not the manager
                 self.mark_lost(f"re-listing tools failed: {describe(exc)}")
                 return
-            self._owner.publish(tools, dropped)
+            await self._owner.publish(tools, dropped)
+            # Spaced by as long as the listing took: a server announcing changes faster than its listing can
+            # be read (a storm over many tools) gets at most about half of the time, not all of it.
+            await anyio.sleep(min(MAX_RELIST_SPACING_S, anyio.current_time() - started))
 
     # ------------------------------------------------------------------ calls
 
@@ -537,6 +543,11 @@ class Session:
         if isinstance(leaf, MCPError):
             return f"initialization failed: {describe(leaf)}" if not started else describe(leaf)
         return describe(leaf) + (self._stderr.hint() if config.transport == "stdio" else "")
+
+
+def _wire_shapes(tools: list[Any]) -> list[dict[str, Any]]:
+    """The SDK's tools in wire shape (absent keys omitted)."""
+    return [tool.model_dump(by_alias=True, mode="json", exclude_unset=True) for tool in tools]
 
 
 class _ListingError(Exception):

@@ -33,7 +33,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import IO, Any, Protocol, TextIO, cast
 
 import anyio
@@ -74,6 +74,9 @@ WRITER_FLUSH_TIMEOUT_S = 0.5
 """For messages already accepted to reach the server's stdin before it is closed."""
 READ_CHUNK_BYTES = 65536
 """One read from the server's stdout."""
+PARSE_OFF_LOOP_BYTES = 262_144
+"""A stdout line this long or longer is parsed on a worker thread (about 0.1 s of CPU per 256 KB): the event
+loop serves every server, and a long listing parsed on it held the others up."""
 HEAD_BYTES = 4096
 """How much of a too-long line is kept to find the id of the request it answers."""
 EXCERPT_CHARS = 80
@@ -178,7 +181,13 @@ async def _read_stdout(
                 chunk = await process.stdout.receive(READ_CHUNK_BYTES)
             except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 return
-            for item in lines.feed(chunk):
+            # A line that makes a long message (a listing of many tools) is parsed on a worker thread.
+            parsed = (
+                lines.feed(chunk)
+                if lines.pending + len(chunk) < PARSE_OFF_LOOP_BYTES
+                else await anyio.to_thread.run_sync(lines.feed, chunk)
+            )
+            for item in parsed:
                 if not forwarding:
                     break
                 try:
@@ -236,6 +245,11 @@ class _LineReader:
         self._limit = limit
         self._buffer = bytearray()
         self._discarding = False
+
+    @property
+    def pending(self) -> int:
+        """Bytes of the line read so far."""
+        return len(self._buffer)
 
     def feed(self, chunk: bytes) -> list[SessionMessage | Exception]:
         items: list[SessionMessage | Exception] = []
@@ -361,7 +375,8 @@ class WatchedTransport:
     each `tools/list` result passes through `filter_listing` before the SDK parses it.
 
     Without the first a dead server with no request in flight would go unnoticed until the next call;
-    without the second one unusable tool fails the SDK's parsing of the whole page.
+    without the second one unusable tool fails the SDK's parsing of the whole page. The filter runs on a
+    worker thread: checking a listing of many tools took the event loop, and every other server, for seconds.
     """
 
     def __init__(
@@ -388,7 +403,7 @@ class WatchedTransport:
         if isinstance(message, types.JSONRPCRequest) and message.method == "tools/list":
             self._listings.add(message.id)
 
-    def _incoming(self, item: Any) -> Any:
+    async def _incoming(self, item: Any) -> Any:
         if not self._listings or not isinstance(item, SessionMessage):
             return item
         message = item.message
@@ -396,7 +411,7 @@ class WatchedTransport:
             self._listings.discard(message.id)
         elif isinstance(message, types.JSONRPCResponse) and message.id in self._listings:
             self._listings.discard(message.id)
-            filtered = self._filter_listing(message.result)
+            filtered = await anyio.to_thread.run_sync(self._filter_listing, message.result)
             return dataclasses.replace(item, message=message.model_copy(update={"result": filtered}))
         return item
 
@@ -429,7 +444,7 @@ class _WatchedReadStream:
     """A read stream that passes each item through `transform` and calls `on_end` once when it reaches its
     end or is closed under the reader."""
 
-    def __init__(self, inner: Any, on_end: Callable[[], None], transform: Callable[[Any], Any]) -> None:
+    def __init__(self, inner: Any, on_end: Callable[[], None], transform: Callable[[Any], Awaitable[Any]]) -> None:
         self._inner = inner
         self._on_end = on_end
         self._transform = transform
@@ -444,7 +459,7 @@ class _WatchedReadStream:
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._on_end()
             raise
-        return self._transform(item)
+        return await self._transform(item)
 
     def __aiter__(self) -> _WatchedReadStream:
         return self
