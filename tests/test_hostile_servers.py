@@ -120,6 +120,19 @@ async def test_a_32_mb_line_does_not_delay_startup_and_an_oversized_answer_fails
     assert status.state is ServerState.READY
 
 
+@pytest.mark.anyio
+async def test_an_oversized_http_answer_fails_only_its_call(tmp_path: Path, basic_http_url: str) -> None:
+    """Found by red-teaming: `max_message_bytes` bounded stdio only; a streamable HTTP server's answer was
+    read whole whatever its size (a 315 MB result took 3.3 GB in the process serving every server)."""
+    server = ServerConfig(transport="http", url=basic_http_url, max_message_bytes=65_536)
+    async with MCPManager(settings(tmp_path, web=server)) as manager:
+        with anyio.fail_after(20):
+            with pytest.raises(ToolExecutionError, match=r"max_message_bytes=65536"):
+                await manager.call_tool("web", "echo", {"text": "x" * 100_000})
+            assert (await manager.call_tool("web", "echo", {"text": "after"})).content[0].text == "after"
+        assert manager.status()[0].state is ServerState.READY
+
+
 # --------------------------------------------------------------------------- per-tool validation
 
 

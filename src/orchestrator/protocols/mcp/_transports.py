@@ -38,6 +38,7 @@ from typing import IO, Any, Protocol, TextIO, cast
 
 import anyio
 import anyio.abc
+import httpx2
 import mcp.types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client import Transport
@@ -350,14 +351,15 @@ async def _open_sdk(config: ServerConfig, errlog: IO[str] | None) -> AsyncIterat
         async with stdio as streams:
             yield streams
     elif config.transport == "http":
-        import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
         assert config.url is not None
         timeout = httpx2.Timeout(HTTP_CONNECT_TIMEOUT_S, read=None)
+        limit = config.max_message_bytes
+        bounded = _BoundedTransport(httpx2.AsyncHTTPTransport(), limit)
         async with (
-            httpx2.AsyncClient(headers=config.headers, timeout=timeout) as http,
-            streamable_http_client(config.url, http_client=http) as streams,
+            httpx2.AsyncClient(headers=config.headers, timeout=timeout, transport=bounded) as http,
+            streamable_http_client(config.url, http_client=http, max_sse_event_size=limit) as streams,
         ):
             yield streams
     else:
@@ -368,6 +370,51 @@ async def _open_sdk(config: ServerConfig, errlog: IO[str] | None) -> AsyncIterat
             config.url, headers=config.headers, timeout=HTTP_CONNECT_TIMEOUT_S, sse_read_timeout=SSE_READ_TIMEOUT_S
         ) as streams:
             yield streams
+
+
+class ResponseTooLong(httpx2.StreamError):
+    """A response body past `max_message_bytes` (a stream error: the SDK fails that request only)."""
+
+
+class _BoundedTransport(httpx2.AsyncBaseTransport):
+    """An httpx transport whose JSON response bodies end in an error past `limit` bytes, read as they stream
+    in (never buffered whole), so a streamable HTTP server's huge answer fails its request, as a too-long
+    stdout line does (`max_message_bytes`), instead of growing the process that serves every server. The
+    SDK itself bounds each SSE event (`max_sse_event_size`)."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, limit: int) -> None:
+        self._inner = inner
+        self._limit = limit
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._inner.handle_async_request(request)
+        if response.headers.get("content-type", "").split(";", 1)[0].strip().lower() == "application/json":
+            response.stream = _BoundedBody(response.stream, self._limit)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _BoundedBody(httpx2.AsyncByteStream):
+    """A response body stream that raises `ResponseTooLong` once more than `limit` bytes came through."""
+
+    def __init__(self, inner: Any, limit: int) -> None:
+        self._inner = inner
+        self._limit = limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        size = 0
+        async for chunk in self._inner:
+            size += len(chunk)
+            if size > self._limit:
+                raise ResponseTooLong(
+                    f"the server's response is longer than max_message_bytes={self._limit} and was dropped"
+                )
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 class WatchedTransport:
