@@ -8,6 +8,7 @@ starts its own gateway on 127.0.0.1:<free port> and talks to it over real HTTP.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import socket
@@ -55,6 +56,7 @@ EXPIRY_SEEN_S = 10.0
 # A one-second credential must be refused within this long (bounded wait, not a sleep).
 SQUATTER_READ_S = 5.0
 HIDDEN = "time__convert_time"
+_CONVERT = {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Europe/Paris"}
 ALLOWED = "time__get_current_time"
 
 
@@ -202,6 +204,22 @@ async def test_a_tool_the_profile_hides_is_out_of_reach_on_every_route(manager: 
         unsigned = jwt.encode({**claims, "agent": "default"}, None, algorithm="none")
         assert (await request("POST", full["url"], token=unsigned, body={})).status_code == 401
         assert claims["aud"] == AUDIENCE and claims["agent"] == "timekeeper" and claims["sub"] == full["id"]
+
+
+async def test_a_credential_names_only_pins_its_profile_may_see(manager: MCPManager, tmp_path: Path) -> None:
+    """Found by red-teaming: a spawn's credential (which its agent can read) carried every tool its task's
+    earlier spawns called, including one its own profile hides, called by a spawn of a wider profile."""
+    async with serving(manager, tmp_path) as (gateway, _):
+        wide = await gateway.run_sync(functools.partial(gateway.open_spawn, "keep time", "searcher", task_id="t-1"))
+        async with connect(wide.url, wide.token) as client:
+            assert not (await client.call_tool("call_tool", {"name": HIDDEN, "arguments": _CONVERT})).is_error
+            assert not (
+                await client.call_tool("call_tool", {"name": ALLOWED, "arguments": {"timezone": "UTC"}})
+            ).is_error
+        await gateway.run_sync(gateway.close_spawn, wide.id)
+        narrow = await gateway.run_sync(functools.partial(gateway.open_spawn, "keep time", "timekeeper", task_id="t-1"))
+        claims = jwt.decode(narrow.token, options={"verify_signature": False})
+        assert claims["pins"] == [ALLOWED]
 
 
 async def test_a_handshake_era_session_is_bound_to_the_credential_that_opened_it(

@@ -161,6 +161,7 @@ class Gateway:
             self.sessions,
             self._context,
             learned_pins=self.learning.similar_task_pins,
+            visible=self._visible_names,
             finished=self.learning.remember_task,
         )
         default = self._context(None, None, "", "", agent, [])
@@ -316,6 +317,11 @@ class Gateway:
             context.session = SessionRecorder()
         context.make_variant = self._variant
         return context
+
+    def _visible_names(self, agent: str, names: list[str]) -> list[str]:
+        """The names among `names` that `agent`'s profile may see, in order."""
+        visible = self._view(agent).visible()
+        return [name for name in names if visible.lookup(name) is not None]
 
     def _variant(self, base: SpawnContext, client: ClientKind) -> SpawnContext:
         """`base` for a client of another kind: its own view and meta-tools, the spawn's session and counts."""

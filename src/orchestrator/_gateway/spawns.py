@@ -51,6 +51,8 @@ ContextFactory = Callable[[str | None, float | None, str, str, str, list[str]], 
 """Builds an endpoint's context: (spawn id, expiry, task, task id, agent, recent tools)."""
 LearnedPins = Callable[[str, str, str, list[str]], list[str]]
 """Tools to pin for a new spawn beside its task's recent ones: (task, task id, agent, recent) -> names."""
+VisibleNames = Callable[[str, list[str]], list[str]]
+"""(agent, tool names) -> those the agent's profile may see, in order."""
 Finished = Callable[[SpawnContext], None]
 """Hears each spawn this replica finishes (closed, expired, or the gateway stopping)."""
 
@@ -106,6 +108,8 @@ class SpawnRegistry:
         sessions: records each finished spawn's session.
         new_context: builds a spawn's context (its view, meta-tools and listeners).
         learned_pins: tools similar earlier tasks called, pinned beside the task's own recent tools.
+        visible: which of the task's recent tools the new spawn's profile may see: only those are pinned and
+            named in its credential (which its agent can read).
         finished: hears each finished spawn (task memory learns from it).
     """
 
@@ -119,10 +123,12 @@ class SpawnRegistry:
         new_context: ContextFactory,
         *,
         learned_pins: LearnedPins | None = None,
+        visible: VisibleNames | None = None,
         finished: Finished | None = None,
     ) -> None:
         self._settings = settings
         self._learned_pins = learned_pins
+        self._visible = visible
         self._finished = finished
         self._credentials = credentials
         self._store = store
@@ -158,6 +164,8 @@ class SpawnRegistry:
         task_id = task_id or task_key(task)
         gw = self._settings.gateway
         recent = self._history.recent(task_id)
+        if self._visible is not None:  # another profile's spawn of the task may have called tools this one may not see
+            recent = self._visible(agent, recent)
         if self._learned_pins is not None:
             recent += [name for name in self._learned_pins(task, task_id, agent, recent) if name not in recent]
         with self._open_lock:
