@@ -586,6 +586,10 @@ async def test_a_squatter_on_the_port_gets_no_secret_and_the_spawn_goes_cold(
 ) -> None:
     secret = "the-gateway-admin-secret-0123456789"
     monkeypatch.setenv("MY_GATEWAY_TOKEN", secret)  # an agent must not inherit it either
+    # Nor the admin secret where docs/spawning.md keeps it for Codex, nor a server's credential (found by
+    # red-teaming: with GITHUB_TOKEN an agent reaches GitHub around its profile).
+    monkeypatch.setenv("ORCHESTRATOR_GATEWAY_TOKEN", "another-gateways-admin-secret")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_0123456789abcdefghij")
     probe = tmp_path / "probe.json"
     agent_code = (
         "import json, os, sys, urllib.request, urllib.error\n"
@@ -607,7 +611,15 @@ async def test_a_squatter_on_the_port_gets_no_secret_and_the_spawn_goes_cold(
     )
     settings = Settings(
         mcp={
-            "servers": {"time": stdio_server_config(TIME_SERVER)},
+            "servers": {
+                "time": stdio_server_config(TIME_SERVER),
+                "github": {
+                    "transport": "http",
+                    "url": "http://127.0.0.1:9/mcp",
+                    "headers": {"Authorization": "Bearer ${GITHUB_TOKEN}"},
+                    "enabled": False,
+                },
+            },
             "cache_dir": tmp_path / "cache",
         },
         agents={"probe": AgentProfile(command=[sys.executable, "-c", agent_code, str(probe)], timeout_s=60)},
@@ -626,6 +638,8 @@ async def test_a_squatter_on_the_port_gets_no_secret_and_the_spawn_goes_cold(
     report = json.loads(probe.read_text())
     assert (report["mcp"], report["spawns"]) == (401, 401)
     assert secret not in report["env"].values() and "BERNSTEIN_GATEWAY__TOKEN" not in report["env"]
+    assert "ORCHESTRATOR_GATEWAY_TOKEN" not in report["env"] and "GITHUB_TOKEN" not in report["env"]
+    assert report["env"]["HOME"] == os.environ["HOME"]  # the rest of the user's environment is kept
 
 
 async def test_the_client_reads_serves_runtime_file_and_still_checks_the_proof(

@@ -18,6 +18,7 @@ from mcp import Client, StdioServerParameters
 from typer.testing import CliRunner
 
 from orchestrator._cli import app
+from orchestrator._launch import fill_command
 
 from .conftest import TIME_SERVER, server_entry
 
@@ -153,6 +154,33 @@ def test_a_launch_without_a_command_template_is_a_config_error(config: Path) -> 
     result = CliRunner().invoke(app, ["--config", str(config), "spawn", "--task", "x", "--agent", "default"])
     assert result.exit_code == 2
     assert "agents.default.command: not set" in result.output
+
+
+def test_a_task_that_reads_as_an_option_is_refused_unless_the_options_end_before_it(
+    config: Path, tmp_path: Path
+) -> None:
+    """Found by red-teaming: a task starting with `-` stood as an argument of its own, so the agent's CLI read
+    it as an option; with the documented Claude Code template, `--settings={"hooks": ...}` ran a command."""
+    data = yaml.safe_load(config.read_text())
+    data["agents"]["echoer"] = {"command": [sys.executable, "-c", "print('ran')", "{task}"]}
+    config.write_text(yaml.safe_dump(data))
+    attack = '--settings={"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": "id"}]}]}}'
+    result = CliRunner().invoke(app, ["--config", str(config), "spawn", "--task", attack, "--agent", "echoer"])
+    assert result.exit_code == 2 and "ran" not in result.output
+    assert result.output.strip() == (
+        "error: agents.echoer.command: {task} starts with '-', and the agent's CLI would read it as an option: "
+        'put "--" before {task}'
+    )
+    assert not (tmp_path / "cache" / "run").exists()  # refused before any gateway or spawn
+    values = {"task": "- [ ] fix the build", "mcp_config": "/tmp/x.json"}
+    assert fill_command(["agent", "--config", "{mcp_config}", "--", "{task}"], values) == [
+        "agent",
+        "--config",
+        "/tmp/x.json",
+        "--",
+        "- [ ] fix the build",
+    ]
+    assert fill_command(["agent", "--prompt={task}"], values) == ["agent", "--prompt=- [ ] fix the build"]
 
 
 def _dry_run(config: Path, catalog: Path, *extra: str) -> Any:

@@ -21,7 +21,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -51,12 +51,22 @@ PLACEHOLDERS = ("{task}", "{mcp_config}", "{mcp_url}", "{tools_prompt}", "{promp
 `{mcp_url}` is for agents without a config-file flag (Codex: `-c mcp_servers.{server_name}.url="{mcp_url}"`);
 `{server_name}` is the gateway's name in the spawn's MCP config (gateway.server_name), which clients put
 before tool names (`mcp__{server_name}__*` in Claude Code's --allowedTools)."""
+PLACEHOLDERS_BY_NAME = tuple(placeholder.strip("{}") for placeholder in PLACEHOLDERS)
 _PLACEHOLDER_PATTERN = re.compile("|".join(re.escape(placeholder) for placeholder in PLACEHOLDERS))
 KILL_GRACE_S = 3.0
 """After the timeout: SIGTERM to the agent's process group, then SIGKILL if it is still there this long after."""
 MCP_CONFIG_NAME = "mcp.json"
-SECRET_ENV_VARS = ("BERNSTEIN_GATEWAY__TOKEN", "BERNSTEIN_GATEWAY__SIGNING_KEY", "BERNSTEIN_STORE__URL")
-"""Never handed to an agent: with them it could open spawns for any profile, or rewrite the store."""
+SECRET_ENV_VARS = (
+    "BERNSTEIN_GATEWAY__TOKEN",
+    "BERNSTEIN_GATEWAY__SIGNING_KEY",
+    "BERNSTEIN_STORE__URL",
+    "ORCHESTRATOR_GATEWAY_TOKEN",
+)
+"""Never handed to an agent: with them it could open spawns for any profile, or rewrite the store
+(`ORCHESTRATOR_GATEWAY_TOKEN` is where docs/spawning.md has the user keep the admin secret for Codex)."""
+MIN_HELD_SECRET_CHARS = 8
+"""A variable whose value is at least this long and part of a server's env, header or URL value is not
+handed to an agent (shorter values match too much by chance)."""
 PROMPT_FILE_NAME = "tools-prompt.md"
 
 log = logging.getLogger(__name__)
@@ -107,8 +117,38 @@ class SpawnSummary:
 
 def fill_command(template: Sequence[str], values: Mapping[str, str]) -> list[str]:
     """The argv with each `{placeholder}` replaced by its value, in one pass: a value that itself holds a
-    placeholder (a task text quoting `{mcp_url}`) is never re-parsed."""
-    return [_PLACEHOLDER_PATTERN.sub(lambda match: values[match.group(0).strip("{}")], part) for part in template]
+    placeholder (a task text quoting `{mcp_url}`) is never re-parsed.
+
+    A value standing as a whole argument that starts with `-` would be read by the agent's CLI as an option
+    (a checklist pasted from an issue, `- [ ] fix`, or an attack: `--settings={"hooks": ...}` made Claude
+    Code run a command): it is refused unless a `--` argument, which ends the options, comes before it.
+
+    Raises:
+        ValueError: such a value with no `--` before it (one line naming the placeholder).
+    """
+    argv: list[str] = []
+    options_ended = False
+    for part in template:
+        whole = _PLACEHOLDER_PATTERN.fullmatch(part)
+        if whole is not None and not options_ended and values[part.strip("{}")].startswith("-"):
+            raise ValueError(
+                f"{part} starts with '-', and the agent's CLI would read it as an option: put \"--\" before {part}"
+            )
+        options_ended = options_ended or part == "--"
+        argv.append(_PLACEHOLDER_PATTERN.sub(lambda match: values[match.group(0).strip("{}")], part))
+    return argv
+
+
+def _filled(agent: str, template: Sequence[str], values: Mapping[str, str]) -> list[str]:
+    """`fill_command`, its refusal as a config error naming the profile's command.
+
+    Raises:
+        ConfigError: a whole-argument value starting with `-` and no `--` before it.
+    """
+    try:
+        return fill_command(template, values)
+    except ValueError as exc:
+        raise ConfigError(f"agents.{agent}.command: {exc}") from None
 
 
 def profile_servers(settings: Settings, profile: AgentProfile) -> list[str]:
@@ -196,11 +236,12 @@ async def spawn_agent(
             f"agents.{agent}.timeout_s: {profile.timeout_s:g} s outlives gateway.spawn_ttl_s "
             f"({settings.gateway.spawn_ttl_s:g} s): the agent's credential would expire while it runs"
         )
+    _filled(agent, profile.command, {**dict.fromkeys(PLACEHOLDERS_BY_NAME, ""), "task": task})  # before any spawn
     client = GatewayClient.from_settings(settings)
     if await _gateway_proven(client, warn):
         info = await client.open_spawn(task, agent, task_id)
         try:
-            run = await _launch(settings, profile, task, info, stdout, workdir)
+            run = await _launch(settings, profile, task, info, stdout, workdir, client.secret)
         finally:
             stats = await client.close_spawn(info["id"])
         return _summary(info, stats, run, "warm")
@@ -208,7 +249,7 @@ async def spawn_agent(
         handle = gateway.open_spawn(task, agent, task_id=task_id)
         info = handle.to_json()
         try:
-            run = await _launch(settings, profile, task, info, stdout, workdir)
+            run = await _launch(settings, profile, task, info, stdout, workdir, client.secret)
         finally:
             stats = gateway.close_spawn(handle.id)
     return _summary(info, stats, run, "cold")
@@ -263,8 +304,10 @@ async def _launch(
     info: Mapping[str, Any],
     stdout: IO[Any] | int | None,
     workdir: Path | None,
+    admin_secret: str,
 ) -> AgentRun:
-    """Write the spawn's MCP config and prompt file, fill the template, run the agent."""
+    """Write the spawn's MCP config and prompt file, fill the template, run the agent (whose environment
+    holds neither `admin_secret` nor the config's secrets)."""
     assert profile.command is not None
     with tempfile.TemporaryDirectory(prefix="orchestrator-spawn-") as folder:
         config_path = Path(folder) / MCP_CONFIG_NAME
@@ -282,7 +325,7 @@ async def _launch(
             "server_name": next(iter(info["mcp_config"]["mcpServers"])),  # the serving gateway's own name
         }
         env = {
-            **_without_secrets(os.environ, settings),
+            **_without_secrets(os.environ, settings, (admin_secret,)),
             **profile.env,
             "ORCHESTRATOR_SPAWN_ID": info["id"],
             "ORCHESTRATOR_TASK_ID": info["task_id"],
@@ -291,7 +334,7 @@ async def _launch(
             "ORCHESTRATOR_MCP_TOKEN": info["token"],
         }
         return await run_agent(
-            fill_command(profile.command, values),
+            _filled(str(info["agent"]), profile.command, values),
             env=env,
             timeout_s=profile.timeout_s,
             cwd=str(workdir) if workdir is not None else None,
@@ -322,11 +365,26 @@ def _summary(
     )
 
 
-def _without_secrets(environ: Mapping[str, str], settings: Settings) -> dict[str, str]:
-    """The environment without the gateway's secrets: the variables that set them, and any variable
-    holding one of them (`gateway.token: ${MY_TOKEN}` passes MY_TOKEN to this process too)."""
-    secrets = {value for value in (settings.gateway.token, settings.gateway.signing_key, settings.store.url) if value}
-    return {name: value for name, value in environ.items() if name not in SECRET_ENV_VARS and value not in secrets}
+def _without_secrets(environ: Mapping[str, str], settings: Settings, also: Iterable[str] = ()) -> dict[str, str]:
+    """The environment without the gateway's secrets and the servers': the variables that set them, any
+    variable holding one of them (`gateway.token: ${MY_TOKEN}` passes MY_TOKEN to this process too), or the
+    admin secret in use (`also`), and any variable whose value is part of a server's env, header or URL
+    value (`Authorization: "Bearer ${GITHUB_TOKEN}"`): with it an agent could reach the server around
+    its profile."""
+    gateway = settings.gateway
+    secrets = {value for value in (gateway.token, gateway.signing_key, settings.store.url, *also) if value}
+    held = [
+        value
+        for server in settings.mcp.servers.values()
+        for value in (*server.env.values(), *server.headers.values(), server.url or "")
+    ]
+    return {
+        name: value
+        for name, value in environ.items()
+        if name not in SECRET_ENV_VARS
+        and value not in secrets
+        and not (len(value) >= MIN_HELD_SECRET_CHARS and any(value in secret for secret in held))
+    }
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

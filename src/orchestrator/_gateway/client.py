@@ -70,6 +70,11 @@ class GatewayClient:
         return cls(base_url, secret or "", http=http)
 
     @property
+    def secret(self) -> str:
+        """The admin secret it sends ('' when none is known): what a launched agent must never inherit."""
+        return self._secret or ""
+
+    @property
     def has_secret(self) -> bool:
         """False when no secret is known for this address (no token, no runtime file): nothing to talk to."""
         return bool(self._secret)
