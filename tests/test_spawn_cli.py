@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,39 @@ def test_a_task_that_reads_as_an_option_is_refused_unless_the_options_end_before
         "- [ ] fix the build",
     ]
     assert fill_command(["agent", "--prompt={task}"], values) == ["agent", "--prompt=- [ ] fix the build"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["TERM", "HUP"])
+def test_a_spawn_stopped_by_a_signal_stops_its_agent(config: Path, tmp_path: Path, signum: int) -> None:
+    """Found by red-teaming: only Ctrl-C was handled. SIGTERM or SIGHUP ended `orchestrator spawn` and left
+    its agent running (in a session of its own, the signal never reaches it), past its timeout."""
+    pid_file = tmp_path / "agent.pid"
+    sleeper = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(120)"
+    data = yaml.safe_load(config.read_text())
+    data["agents"]["sleeper"] = {"command": [sys.executable, "-c", sleeper, str(pid_file), "--", "{task}"]}
+    config.write_text(yaml.safe_dump(data))
+    spawn = subprocess.Popen(
+        [ORCHESTRATOR, "--config", str(config), "spawn", "--agent", "sleeper", "--task", "wait"],
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + PROCESS_TIMEOUT_S
+        while not pid_file.exists() or not pid_file.read_text():
+            assert spawn.poll() is None and time.monotonic() < deadline, "the agent never started"
+            time.sleep(0.05)
+        agent = int(pid_file.read_text())
+        spawn.send_signal(signum)
+        _, stderr = spawn.communicate(timeout=30)  # the agent holds stderr open while it lives
+        assert spawn.returncode == 128 + signum and "spawn interrupted" in stderr, stderr
+        with pytest.raises(ProcessLookupError):
+            os.kill(agent, 0)  # stopped (and reaped) before orchestrator exited
+    finally:
+        if spawn.poll() is None:
+            spawn.kill()
+            spawn.wait()
 
 
 def _dry_run(config: Path, catalog: Path, *extra: str) -> Any:

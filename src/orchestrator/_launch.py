@@ -243,7 +243,8 @@ async def spawn_agent(
         try:
             run = await _launch(settings, profile, task, info, stdout, workdir, client.secret)
         finally:
-            stats = await client.close_spawn(info["id"])
+            with anyio.CancelScope(shield=True):  # a spawn interrupted by a signal is closed all the same
+                stats = await client.close_spawn(info["id"])
         return _summary(info, stats, run, "warm")
     async with _cold_gateway(settings, profile, telemetry) as gateway:
         handle = gateway.open_spawn(task, agent, task_id=task_id)

@@ -26,8 +26,10 @@ if TYPE_CHECKING:
 
 __all__ = ["register"]
 
-EXIT_INTERRUPTED = 130
-"""128 + SIGINT, what shells report for a command stopped by Ctrl-C."""
+EXIT_SIGNALLED = 128
+"""Plus the signal's number: what shells report for a command a signal stopped."""
+EXIT_INTERRUPTED = EXIT_SIGNALLED + signal.SIGINT
+"""130, what shells report for a command stopped by Ctrl-C."""
 
 
 class Transport(StrEnum):
@@ -119,28 +121,41 @@ def _check_spawn_options(dry_run: bool, fmt: Format, catalog: Path | None) -> No
 
 
 def _launch(settings: Settings, task: str, agent: str, task_id: str | None, fmt: Format) -> SpawnSummary:
-    """Launch the agent through the gateway and wait for it; Ctrl-C stops it and exits 130."""
+    """Launch the agent through the gateway and wait for it. Ctrl-C, SIGTERM or SIGHUP stops it (its whole
+    process group: it runs in a session of its own, so the signal does not reach it) and closes the spawn,
+    then exits 128 + the signal's number (130 for Ctrl-C)."""
     import anyio
 
     from .._launch import spawn_agent
     from .._telemetry import telemetry_session
 
-    try:
-        with telemetry_session(settings) as telemetry:
-            return anyio.run(
-                lambda: spawn_agent(
-                    settings,
-                    task,
-                    agent,
-                    task_id=task_id,
-                    stdout=sys.stderr if fmt is Format.json else None,
-                    telemetry=telemetry,
-                    warn=lambda message: err_console.print(f"warning: {message}", markup=False, soft_wrap=True),
-                )
+    async def until_signal() -> SpawnSummary | int:
+        stopped_by: list[int] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(
+                _cancel_on_signal, tg.cancel_scope, stopped_by, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
             )
-    except KeyboardInterrupt:  # the agent's process group was stopped and the spawn closed on the way out
-        err_console.print("spawn interrupted", markup=False)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+            summary = await spawn_agent(
+                settings,
+                task,
+                agent,
+                task_id=task_id,
+                stdout=sys.stderr if fmt is Format.json else None,
+                telemetry=telemetry,
+                warn=lambda message: err_console.print(f"warning: {message}", markup=False, soft_wrap=True),
+            )
+            tg.cancel_scope.cancel()
+        return stopped_by[0] if stopped_by else summary
+
+    with telemetry_session(settings) as telemetry:
+        try:
+            outcome = anyio.run(until_signal)
+        except KeyboardInterrupt:  # before the signal receiver was in place
+            outcome = signal.SIGINT
+    if isinstance(outcome, int):  # a signal's number
+        err_console.print("spawn interrupted", markup=False)  # the agent's group was stopped, the spawn closed
+        raise typer.Exit(EXIT_SIGNALLED + outcome)
+    return outcome
 
 
 def _print_summary(summary: SpawnSummary) -> None:
@@ -228,11 +243,18 @@ async def _serve(
         store.close()
 
 
-async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
+async def _cancel_on_signal(
+    scope: anyio.CancelScope,
+    received: list[int] | None = None,
+    signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),
+) -> None:
+    """Cancel `scope` at the first of `signals`, noted in `received`."""
     import anyio
 
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for _signum in signals:
+    with anyio.open_signal_receiver(*signals) as arriving:
+        async for signum in arriving:
+            if received is not None:
+                received.append(signum)
             scope.cancel()
             return
 
