@@ -393,6 +393,24 @@ def test_approve_with_a_digest_pins_only_the_definition_that_was_reviewed(tmp_pa
     assert approved.exit_code == 0 and f"approved weather__weather (definition {digest.group(1)})" in approved.stdout
 
 
+def test_audit_shows_a_hostile_key_escaped_where_a_person_reviews_it(tmp_path: Path) -> None:
+    """Found by red-teaming: a finding's place was built from the server's raw schema keys, so `tools diff`
+    and `tools audit` wrote an OSC 8 link or a colour change into the terminal of the person approving."""
+    key = "k\x1b]8;;http://evil.example\x1b\\note\x1b[31m\u202e"
+    tool = {
+        "name": "lookup",
+        "description": "Looks things up.",
+        "inputSchema": {"type": "object", "properties": {key: {"type": "string", "description": "Plain."}}},
+    }
+    snapshot = tmp_path / "evil.json"
+    snapshot.write_text(json.dumps({"evil": [tool]}))
+    config = tmp_path / "bernstein.yaml"
+    config.write_text(f"mcp:\n  cache_dir: {tmp_path / 'cache'}\n")
+    result = CliRunner().invoke(app, ["-c", str(config), "tools", "audit", "--catalog", str(snapshot)])
+    assert result.exit_code == 1 and "inputSchema.properties.k\\x1b]8;;http://evil.example" in result.output
+    assert "\x1b" not in result.output and "\u202e" not in result.output
+
+
 def test_audit_of_a_snapshot_lists_flagged_tools_without_pinning_them(tmp_path: Path) -> None:
     snapshot = tmp_path / "evil.json"
     snapshot.write_text(json.dumps({"evil": [WEATHER, {**POISONED, "name": "forecast"}]}))

@@ -231,18 +231,20 @@ def _misplaced(value: str, key: str, in_list: bool) -> str | None:
 
 
 def _where(tool: Any, value: str) -> str:
-    """The first place in `tool` holding `value` as a key or a string: `inputSchema.properties.notes.description`."""
+    """The first place in `tool` holding `value` as a key or a string: `inputSchema.properties.notes.description`.
+    Keys are the server's text: unprintable ones are shown escaped (`\\x1b]8;;...`), so a finding's place
+    cannot colour, hide or link anything in the terminal where a person reviews it."""
     stack: list[tuple[Any, tuple[str, ...]]] = [(tool, ())]
     while stack:
         node, path = stack.pop(0)
         if isinstance(node, Mapping):
             for key, child in node.items():
                 if str(key) == value:
-                    return ".".join((*path, str(key)))
+                    return ".".join((*path, _shown(key)))
                 if child == value and isinstance(child, str):
-                    return ".".join((*path, str(key))) or "name"
+                    return ".".join((*path, _shown(key))) or "name"
                 if isinstance(child, Mapping | list | tuple):
-                    stack.append((child, (*path, str(key))))
+                    stack.append((child, (*path, _shown(key))))
         elif isinstance(node, list | tuple):
             for position, child in enumerate(node):
                 if child == value and isinstance(child, str):
@@ -250,3 +252,10 @@ def _where(tool: Any, value: str) -> str:
                 if isinstance(child, Mapping | list | tuple):
                     stack.append((child, (*path, str(position))))
     return "name"
+
+
+def _shown(key: Any) -> str:
+    """A key of a finding's place: as it is when printable (control, format and separator characters are
+    not: escapes, bidi overrides, zero-width spaces), else escaped as Python writes it."""
+    text = str(key)
+    return text if text.isprintable() else ascii(text)[1:-1]
