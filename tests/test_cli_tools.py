@@ -48,6 +48,20 @@ def test_tools_list_json_gives_every_tool(config: Path, snapshot: Path) -> None:
     }
 
 
+def test_json_output_escapes_characters_no_one_sees(config: Path, tmp_path: Path) -> None:
+    """Found by red-teaming: `--json` wrote a tool's own name as the server sent it, so a C1 control (U+009B,
+    a terminal's CSI), a bidi override or a line separator reached the terminal raw. Other scripts stay."""
+    name = "c1\x9b2Jname\u202etxt.exe\u2028x"
+    snapshot = tmp_path / "hostile.json"
+    snapshot.write_text(
+        json.dumps({"s": [{"name": name, "description": "Busca archivos: 查找文件.", "inputSchema": {}}]})
+    )
+    code, out, _ = run(config, "tools", "list", "--catalog", str(snapshot), "--json")
+    assert code == 0 and not any(char in out for char in "\x9b\u202e\u2028")
+    assert "查找文件" in out  # letters are written as they are
+    assert json.loads(out)[0]["tool"] == name  # escaped, not lost
+
+
 def test_tools_list_filters_by_server_for_people(config: Path, snapshot: Path) -> None:
     code, out, err = run(config, "tools", "list", "--catalog", str(snapshot), "--server", "time")
     assert code == 0

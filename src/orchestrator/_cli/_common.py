@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 import unicodedata
 from collections.abc import Iterator, Sequence
@@ -107,9 +108,24 @@ def loaded_config(ctx: typer.Context) -> LoadedConfig:
 
 
 def print_json(payload: Any) -> None:
-    """Machine-readable output: one JSON document on stdout, nothing else."""
-    sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n")
+    """Machine-readable output: one JSON document on stdout, nothing else. Letters of every script are
+    written as they are; control, format and separator characters (C1 `U+009B`, bidi overrides, U+2028),
+    which JSON leaves raw, are escaped: tool text from servers must not reach a terminal as such."""
+    text = json.dumps(payload, indent=2, ensure_ascii=False, default=str)
+    sys.stdout.write(_NON_ASCII.sub(_escaped_if_unseen, text) + "\n")
     sys.stdout.flush()
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+_UNSEEN = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
+
+
+def _escaped_if_unseen(match: re.Match[str]) -> str:
+    """A JSON escape (a surrogate pair past U+FFFF) for a character no one sees, else the character."""
+    char = match.group(0)
+    if unicodedata.category(char) not in _UNSEEN:
+        return char
+    return json.dumps(char)[1:-1]
 
 
 def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
