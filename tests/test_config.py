@@ -192,6 +192,28 @@ def test_show_redacts_env_headers_and_tokens(tmp_path: Path, monkeypatch: pytest
     assert "s3cret" not in rendered and "hunter2" not in rendered
 
 
+def test_show_and_errors_mask_what_urls_and_secret_keys_carry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by red-teaming: a server URL's password and query key were shown expanded by `config show`
+    (and in `cannot reach ...` errors), and a wrong type under a secret key was echoed in the error."""
+    monkeypatch.setenv("SAAS_PASSWORD", "pa55-word-xyz")
+    monkeypatch.setenv("SAAS_KEY", "k-0123456789")
+    path = write(
+        tmp_path,
+        SERVER + "    saas:\n      transport: http\n"
+        "      url: http://apiuser:${SAAS_PASSWORD}@127.0.0.1:1/mcp?api_key=${SAAS_KEY}&region=eu\n",
+    )
+    values = {key: value for key, value, _ in effective_values(load_config(path))}
+    assert values["mcp.servers.saas.url"] == "http://apiuser:***@127.0.0.1:1/mcp?api_key=***&region=***"
+    typed = write(
+        tmp_path,
+        SERVER
+        + "    web:\n      transport: http\n      url: http://x/mcp\n      headers: {Authorization: 123456789012}\n",
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(typed)
+    assert "123456789012" not in str(caught.value) and "(got a int value, not shown)" in str(caught.value)
+
+
 runner = CliRunner()
 
 

@@ -40,6 +40,7 @@ from pydantic_settings import (
 )
 
 from ._errors import ConfigError
+from ._urls import REDACTED, redacted_url
 from .search._tuning import HYBRID_WEIGHT, SEMANTIC_FLOOR
 
 __all__ = [
@@ -72,7 +73,6 @@ ENV_PREFIX = "BERNSTEIN_"
 ENV_NESTED_DELIMITER = "__"
 CONFIG_ENV_VAR = "BERNSTEIN_CONFIG"
 DEFAULT_CONFIG_NAME = "bernstein.yaml"
-REDACTED = "***"
 MIN_SIGNING_KEY_CHARS = 32
 # HS256 keys shorter than the hash (32 bytes) are weak, and PyJWT warns about them.
 
@@ -665,7 +665,12 @@ def _describe_validation_error(
             problem = "required key missing"
         else:
             message = str(error["msg"]).removeprefix("Value error, ")
-            problem = f"{message} (got {_short(error.get('input'))})" if kind != "value_error" else message
+            got = (
+                _short(error.get("input"))
+                if not _is_secret(loc)
+                else f"a {type(error.get('input')).__name__} value, not shown"
+            )
+            problem = f"{message} (got {got})" if kind != "value_error" else message
         # An unknown key is the environment's only when its parent came from there (not the top level).
         from_env_parent = len(loc) > 1 and _has_path(env_data, loc[:-1]) and kind == "extra_forbidden"
         if _has_path(env_data, loc) or from_env_parent:
@@ -709,6 +714,14 @@ def _has_path(data: Mapping[str, Any], key_path: tuple[str, ...]) -> bool:
     return True
 
 
+def _is_secret(loc: tuple[str, ...]) -> bool:
+    """A key path `config show` redacts (a token, a signing key, an env or headers value, the store URL):
+    an error names its type, never its value."""
+    return bool(set(loc) & (SECRET_KEYS | _SECRET_PARENTS)) or any(
+        loc[i : i + 2] in _SECRET_PATHS for i in range(len(loc))
+    )
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -744,4 +757,6 @@ def _walk(node: Any, prefix: tuple[str, ...], loaded: LoadedConfig, redact: bool
         value = {key: REDACTED for key in node}
     elif redact and prefix and (prefix[-1] in SECRET_KEYS or prefix in _SECRET_PATHS) and node is not None:
         value = REDACTED
+    elif redact and prefix and prefix[-1] == "url" and isinstance(node, str):
+        value = redacted_url(node)  # a server's URL may carry a password or a key in its query
     yield ".".join(prefix), value, loaded.source_of(prefix)

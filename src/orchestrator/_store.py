@@ -30,13 +30,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._errors import ConfigError, OrchestratorError
+from ._urls import redacted_url
 from .protocols.mcp._cache import atomic_write
 
 if TYPE_CHECKING:
     from ._blobs import BlobPacks
     from ._config import Settings
 
-__all__ = ["FileStore", "MemoryStore", "RedisStore", "Store", "StoreError", "open_store", "redacted", "split_key"]
+__all__ = ["FileStore", "MemoryStore", "RedisStore", "Store", "StoreError", "open_store", "split_key"]
 
 NAME_CHARS = 100
 """Longest file name FileStore makes from a key's name part (file systems allow 255 bytes)."""
@@ -401,7 +402,7 @@ class RedisStore:
         try:
             yield
         except redis.RedisError as exc:
-            raise StoreError(f"store {redacted(self.url)}: {type(exc).__name__}: {exc}") from None
+            raise StoreError(f"store {redacted_url(self.url)}: {type(exc).__name__}: {exc}") from None
 
     def get(self, key: str) -> Any | None:
         redis_key, _, _ = self._key(key)
@@ -498,13 +499,6 @@ def open_store(settings: Settings) -> Store:
     except ImportError:
         raise ConfigError("store.url: a Redis store needs the redis package (pip install redis)") from None
     return RedisStore(url, prefix=settings.store.prefix)
-
-
-def redacted(url: str) -> str:
-    """The URL without its password (error messages end up in logs)."""
-    scheme, sep, rest = url.partition("://")
-    credentials, at, host = rest.rpartition("@")
-    return f"{scheme}{sep}***@{host}" if at and credentials else url
 
 
 def _safe(part: str) -> str:

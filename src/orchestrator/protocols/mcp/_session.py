@@ -43,6 +43,7 @@ from pydantic import ValidationError
 
 from ..._config import ServerConfig
 from ..._errors import ServerError, ToolCallTimeout, ToolExecutionError, TransportError
+from ..._urls import redacted_url
 from ..._version import __version__
 from ._normalization import one_line
 from ._schemas import SchemaLimits, tool_problem
@@ -535,9 +536,9 @@ class Session:
                 return f"cannot start {config.command!r}: working directory {config.cwd!r} does not exist"
             return f"cannot start {config.command!r}: {leaf.strerror or leaf}"
         if isinstance(leaf, httpx2.HTTPStatusError):
-            return f"HTTP {leaf.response.status_code} from {leaf.request.url}"
+            return f"HTTP {leaf.response.status_code} from {redacted_url(str(leaf.request.url))}"
         if isinstance(leaf, httpx2.HTTPError):
-            return f"cannot reach {config.url}: {describe(leaf)}"
+            return f"cannot reach {redacted_url(config.url or '')}: {describe(leaf)}"
         if isinstance(leaf, _ListingError):
             return str(leaf)
         if isinstance(leaf, MCPError):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 import numpy as np
 
 from ..._store import FileStore, MemoryStore, RedisStore
-from ..._store import redacted as _redacted
+from ..._urls import redacted_url
 from .model import DIMENSION, SemanticScorer
 from .store import CACHE_NAME, VectorStore
 from .warmer import Warmer
@@ -180,7 +180,7 @@ class ToolVectors:
 
 def _describe(store: Store | None) -> str:
     if isinstance(store, RedisStore):
-        return _redacted(store.url)
+        return redacted_url(store.url)
     if isinstance(store, FileStore):
         return str(store.root / CACHE_NAME)
     return "memory"
