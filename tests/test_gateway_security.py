@@ -41,6 +41,7 @@ from orchestrator import (
     Settings,
 )
 from orchestrator._config import ToolSearchOverrides, effective_values
+from orchestrator._gateway.app import MAX_SESSIONS_PER_SPAWN
 from orchestrator._gateway.auth import AUDIENCE, RuntimeFile
 from orchestrator._launch import spawn_agent
 from orchestrator._meta_tools import NAME_ECHO_CHARS, SEARCH_LIMIT_MAX
@@ -469,6 +470,27 @@ async def stream_ends(url: str, token: str, follow: dict[str, str], end: Any, wi
                 pass
             return True
     return False
+
+
+async def test_one_spawn_holds_at_most_its_share_of_session_slots(manager: MCPManager, tmp_path: Path) -> None:
+    """Found by red-teaming: the SDK's 10,000 session slots are shared by every spawn, and one credential
+    could open all of them in a loop (400 MB), so every other handshake-era client got 503."""
+    async with serving(manager, tmp_path) as (gateway, _):
+        greedy = await gateway.run_sync(gateway.open_spawn, "open sessions in a loop", "searcher")
+        opened = [await open_stream(greedy.url, greedy.token) for _ in range(MAX_SESSIONS_PER_SPAWN + 8)]
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+        with anyio.fail_after(EXPIRY_SEEN_S):
+            while (  # noqa: ASYNC110 (an ended session announces nothing)
+                await request("POST", greedy.url, token=greedy.token, body=listing, headers=opened[7])
+            ).status_code != 404:
+                await anyio.sleep(0.05)
+        statuses = [
+            (await request("POST", greedy.url, token=greedy.token, body=listing, headers=follow)).status_code
+            for follow in opened
+        ]
+        assert statuses == [404] * 8 + [200] * MAX_SESSIONS_PER_SPAWN  # its oldest made room, nothing else
+        other = await gateway.run_sync(gateway.open_spawn, "another task", "searcher")
+        assert await open_stream(other.url, other.token)
 
 
 async def test_a_spawns_sessions_end_when_it_is_closed_or_expires(manager: MCPManager, tmp_path: Path) -> None:

@@ -64,6 +64,9 @@ _SPAWN_PATH = re.compile(r"^/spawn/([A-Za-z0-9_-]{1,64})/mcp/?$")
 _SPAWN_ADMIN_PATH = re.compile(r"^/spawns/([A-Za-z0-9_-]{1,64})/?$")
 GRACEFUL_SHUTDOWN_S = 2
 """Bound on waiting for open HTTP streams when the gateway stops; sessions are ended before it anyway."""
+MAX_SESSIONS_PER_SPAWN = 32
+"""Handshake-era MCP sessions one spawn may hold on a replica; opening another ends its oldest. The SDK's
+10,000 are shared by every spawn: one agent opening sessions in a loop locked all the others out."""
 LISTEN_BACKLOG = 256
 """Connections the kernel queues before uvicorn accepts them: room for a burst of agents starting at once."""
 # What a loopback gateway answers to: any port of these names (DNS rebinding protection, as on /mcp).
@@ -174,13 +177,16 @@ class _Router:
                 refused = verified
         if refused is None and (mcp or spawn_match):
             claims = scope[SCOPE_KEY]
-            if claims is not None and not _header(scope["headers"], MCP_SESSION_ID_HEADER):
+            session = _header(scope["headers"], MCP_SESSION_ID_HEADER)
+            if claims is not None and not session:
                 send = self._spawn_sessions.watch(claims, send)  # a request that may open a session
             routed = ROUTED_SCOPE.set(scope)
             try:
                 await self._sessions.handle_request(scope, receive, send)
             finally:
                 ROUTED_SCOPE.reset(routed)
+            if claims is not None and session and request.method == "DELETE":
+                self._spawn_sessions.ended(claims.spawn_id, session.decode("ascii", "replace"))
             return
         if refused is None:
             refused = await self._admin(request, path)
@@ -311,8 +317,8 @@ class _SpawnSessions:
     def __init__(self, manager: StreamableHTTPSessionManager, base_url: str) -> None:
         self._manager = manager
         self._host = urllib.parse.urlsplit(base_url).netloc.encode("ascii")
-        self._open: dict[str, set[str]] = {}
-        """Spawn id -> ids of the sessions it opened here that were not ended through this class."""
+        self._open: dict[str, dict[str, None]] = {}
+        """Spawn id -> ids of the sessions it opened here and has not ended, oldest first."""
         self.timers: anyio.abc.TaskGroup | None = None
         """Where each spawn's expiry timer runs (the server's; cancelled when it stops)."""
 
@@ -330,9 +336,20 @@ class _SpawnSessions:
 
     def _opened(self, claims: SpawnClaims, session_id: str) -> None:
         first = claims.spawn_id not in self._open
-        self._open.setdefault(claims.spawn_id, set()).add(session_id)
-        if first and self.timers is not None:
+        opened = self._open.setdefault(claims.spawn_id, {})
+        opened[session_id] = None
+        if self.timers is None:
+            return
+        if first:
             self.timers.start_soon(self._end_at, claims.spawn_id, claims.expires + CLOCK_LEEWAY_S)
+        if len(opened) > MAX_SESSIONS_PER_SPAWN:  # the spawn's oldest session makes room (its own, no one else's)
+            oldest = next(iter(opened))
+            del opened[oldest]
+            self.timers.start_soon(self._end_sessions, claims.spawn_id, [oldest])
+
+    def ended(self, spawn_id: str, session_id: str) -> None:
+        """The spawn's client ended one of its sessions (DELETE)."""
+        self._open.get(spawn_id, {}).pop(session_id, None)
 
     async def _end_at(self, spawn_id: str, when: float) -> None:
         await anyio.sleep(max(0.0, when - time.time()))
@@ -340,7 +357,10 @@ class _SpawnSessions:
 
     async def end(self, spawn_id: str) -> None:
         """End every session the spawn opened here (those its client ended already answer 404: nothing)."""
-        for session_id in sorted(self._open.pop(spawn_id, ())):
+        await self._end_sessions(spawn_id, list(self._open.pop(spawn_id, {})))
+
+    async def _end_sessions(self, spawn_id: str, session_ids: list[str]) -> None:
+        for session_id in session_ids:
             scope = {
                 "type": "http",
                 "asgi": {"version": "3.0"},
