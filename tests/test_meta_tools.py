@@ -7,6 +7,7 @@ the catalog collapses them into one entry offered by both), behind one MCPManage
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,10 +22,12 @@ from orchestrator import (
     SchemaLimits,
     ServerConfig,
     Settings,
+    ToolCatalog,
     ToolSearchEngine,
     ToolSearchSettings,
     meta_tool_definitions,
 )
+from orchestrator._call_arguments import ArgumentChecker, ArgumentProblem
 from orchestrator._meta_tools import CALL_TOOL, EXPAND_TOOLS, TOOL_SEARCH, error_kind
 
 from .conftest import stdio_server_config
@@ -84,6 +87,34 @@ async def test_an_empty_query_is_a_corrective_error(manager: MCPManager) -> None
     result = _meta(manager).tool_search("   ")
     assert result.is_error and error_kind(result) == "invalid_query"
     assert "keywords" in _text(result)
+
+
+async def test_odd_arguments_get_one_line_corrective_errors(manager: MCPManager) -> None:
+    """Found by red-teaming: a limit of other digits ('²' passes str.isdigit, int() refuses it), a JSON
+    string nested past the decoder's depth and huge values ended in internal errors or were echoed whole."""
+    meta = _meta(manager)
+    for limit in ("²", "٣", "9" * 5000, "x" * 100_000):
+        result = meta.tool_search("add two integers", limit)
+        assert result.is_error and error_kind(result) == "invalid_arguments" and len(_text(result)) < 300
+    deep = "[" * 5000 + "]" * 5000
+    assert meta.expand_tools(deep).is_error
+    called = await meta.call_tool("alpha__echo", deep)
+    assert called.is_error and error_kind(called) == "invalid_arguments"
+
+
+def test_an_error_over_many_extra_keys_is_described_in_linear_time() -> None:
+    """Found by red-teaming: describing an `additionalProperties` error replaced each extra key across the
+    whole message (keys x message length): 40,000 keys held a worker thread for tens of seconds."""
+    entry = ToolCatalog.from_lists(
+        {"s": [{"name": "t", "inputSchema": {"type": "object", "properties": {}, "additionalProperties": False}}]}
+    ).entries[0]
+    arguments = {f"key_{n:05d}_{'x' * 8}": n for n in range(40_000)}
+    started = time.perf_counter()
+    with pytest.raises(ArgumentProblem) as problem:
+        ArgumentChecker().check(entry, arguments)
+    took = time.perf_counter() - started
+    assert "Additional properties are not allowed" in str(problem.value) and len(str(problem.value)) < 1_000
+    assert took < 5.0, f"took {took:.1f} s"  # a bound on complexity: linear is well under a second here
 
 
 async def test_expand_tools_gives_full_schemas_and_names_close_matches_for_typos(manager: MCPManager) -> None:

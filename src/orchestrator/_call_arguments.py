@@ -9,6 +9,7 @@ jsonschema cannot use (or whose `$ref`s cycle) is skipped, and the server valida
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,8 @@ __all__ = ["ArgumentChecker", "ArgumentProblem", "describe_value", "expected_arg
 EXPECTED_LIMIT = 12
 """Parameters listed in an "expected arguments" hint; the model can expand_tools for the rest."""
 PROBLEM_CHARS = 200
+QUOTED_VALUES = 64
+"""Values of an error looked for in its message (a message shows only its first PROBLEM_CHARS)."""
 """Longest description of one schema problem in an error message."""
 
 
@@ -113,7 +116,7 @@ def repaired_object(arguments: Any) -> Any:
     if arguments is None:
         return {}
     if isinstance(arguments, str):
-        decoded = _json_or_none(arguments)
+        decoded = json_or_none(arguments)
         if isinstance(decoded, dict):
             return decoded
         if arguments.strip() == "":
@@ -156,17 +159,18 @@ def _repair_nested(args: dict[str, Any], errors: Sequence[SchemaValidationError]
         wanted = spec.get("type") if isinstance(spec, Mapping) else None
         wanted_types = {wanted} if isinstance(wanted, str) else set(wanted or ())
         if isinstance(value, str) and wanted_types & {"object", "array"}:
-            decoded = _json_or_none(value)
+            decoded = json_or_none(value)
             if isinstance(decoded, dict | list) and isinstance(key, str):
                 args[key] = decoded
                 changed = True
     return changed
 
 
-def _json_or_none(text: str) -> Any:
+def json_or_none(text: str) -> Any:
+    """`text` decoded as JSON, or None when it is not JSON (or nests too deep for the decoder)."""
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 
@@ -180,13 +184,17 @@ def _describe(error: SchemaValidationError) -> str:
 
 def _json_message(error: SchemaValidationError) -> str:
     """jsonschema's message with the values it quotes in Python spelling (`None`, `True`, `'x'`, `{'a': 1}`)
-    written as JSON instead (`null`, `true`, `"x"`, `{"a": 1}`): the model wrote JSON and reads JSON."""
-    message = str(error.message)
+    written as JSON instead (`null`, `true`, `"x"`, `{"a": 1}`): the model wrote JSON and reads JSON.
+
+    Only the start of the message is kept (what `_describe` shows, with room for the longer JSON spelling),
+    and only the values quoted there are looked for: replacing each of 40,000 extra keys across the whole
+    message of an `additionalProperties` error held a worker thread for tens of seconds."""
+    message = str(error.message)[: PROBLEM_CHARS * 2]
     values = [error.instance, error.validator_value]
     if isinstance(error.validator_value, list):
-        values.extend(error.validator_value)
+        values.extend(itertools.islice(error.validator_value, QUOTED_VALUES))
     if isinstance(error.instance, dict) and error.validator in ("required", "additionalProperties"):
-        values.extend(error.instance)  # the property names these messages quote
+        values.extend(itertools.islice(error.instance, QUOTED_VALUES))  # the property names these messages quote
     # Longest first, so no value is replaced inside a longer one.
     for value in sorted(values, key=lambda item: -len(repr(item))):
         python, json_text = repr(value), describe_value(value)

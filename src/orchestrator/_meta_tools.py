@@ -27,7 +27,6 @@ off its event loop.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -37,12 +36,13 @@ from typing import Any, Protocol, TypeVar, TypeVarTuple, Unpack
 import mcp.types as types
 from mcp.shared.dispatcher import ProgressFnT
 
-from ._call_arguments import ArgumentChecker, ArgumentProblem, describe_value, repaired_object
+from ._call_arguments import ArgumentChecker, ArgumentProblem, describe_value, json_or_none, repaired_object
 from ._errors import ExpandError, SearchQueryError, ServerError, ToolCallError, ToolExecutionError, ToolNotFoundError
 from ._events import Caller, CallEvent, EventListener, ExpandEvent, MetaEvent, RankedTool, SearchEvent
 from ._telemetry import Telemetry, telemetry_listener
 from ._tokens import TokenCounter, compact_json
 from .protocols.mcp._catalog import ToolCatalog, ToolEntry
+from .protocols.mcp._normalization import one_line
 from .protocols.mcp._schemas import SchemaLimits
 from .protocols.mcp._session import LogSink
 from .search._engine import ToolSearchEngine
@@ -651,17 +651,19 @@ def _structured(payload: dict[str, Any]) -> types.CallToolResult:
 
 
 def _positive_int(value: Any, key: str) -> int:
-    if isinstance(value, str) and value.strip().isdigit():
+    """A positive integer, or one written as a string of (at most 18 ASCII) digits."""
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and len(value.strip()) <= 18:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _Corrective("invalid_arguments", f"'{key}' must be a positive integer, got {describe_value(value)}.")
+        shown = one_line(describe_value(value), NAME_ECHO_CHARS)
+        raise _Corrective("invalid_arguments", f"'{key}' must be a positive integer, got {shown}.")
     return value
 
 
 def _name_list(names: Any) -> list[str]:
     """`names` as a list of strings; a JSON-encoded list or a single name is accepted as the model meant it."""
     if isinstance(names, str):
-        decoded = _json_or_none(names)
+        decoded = json_or_none(names)
         names = decoded if isinstance(decoded, list) else [names]
     if not isinstance(names, list) or not names or not all(isinstance(name, str) for name in names):
         raise _Corrective("invalid_arguments", "expand_tools needs 'names': a list of tool names from tool_search.")
@@ -674,10 +676,3 @@ def _asked_names(names: Any) -> tuple[str, ...]:
         return tuple(name[:NAME_ECHO_CHARS] for name in _name_list(names))
     except _Corrective:
         return ()
-
-
-def _json_or_none(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
