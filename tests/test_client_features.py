@@ -22,6 +22,7 @@ import json
 import os
 import re
 import sys
+import time
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -59,6 +60,7 @@ from orchestrator._formats import (
     to_anthropic,
     to_openai,
 )
+from orchestrator._gateway.proxy import MATCHED_URI_CHARS, _template_pattern
 from orchestrator._launch import fill_command
 from orchestrator.protocols.mcp._catalog import read_snapshot
 
@@ -547,3 +549,18 @@ def test_a_tool_prefix_too_long_for_any_name_is_a_config_error(tmp_path: Path) -
     manager = MCPManager(settings)
     with pytest.raises(ConfigError, match=r"agents\.odd: its client's tool prefix"):
         Gateway(settings, manager, agent="odd")
+
+
+def test_resource_templates_match_uris_without_backtracking_blowups() -> None:
+    """Found by red-teaming: a template's regex backtracked (cubic for `{+a}{+b}{+c}.json`, 4 KB: 15 s;
+    quadratic for `{city}-{date}`), run on the event loop on URIs up to 4 MiB: one resources/read froze
+    every spawn. Side-by-side variables now match as one, and URIs past MATCHED_URI_CHARS are not matched."""
+    assert _template_pattern("{+a}{+b}{+c}.json").pattern == r".+\.json"
+    assert _template_pattern("x://{a}{b}/{+c}").fullmatch("x://ab/c/d")
+    assert not _template_pattern("weather://{city}-{date}/forecast").fullmatch("weather://porto/forecast")
+    started = time.perf_counter()
+    assert not _template_pattern("{+a}{+b}{+c}.json").fullmatch("x" * 4000)
+    assert not _template_pattern("weather://{city}-{date}/forecast").fullmatch(
+        "weather://" + "a-" * (MATCHED_URI_CHARS // 2)
+    )
+    assert time.perf_counter() - started < 1.0  # a bound on complexity: 15 s before

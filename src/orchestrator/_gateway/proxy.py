@@ -110,7 +110,11 @@ class UpstreamProxy:
             MCPError: RESOURCE_NOT_FOUND when none of them has it (the last server's own error otherwise).
         """
         known = [server for server in self._owners.get(uri, ()) if server in servers]
-        templated = [server for server in servers if any(p.fullmatch(uri) for p in self._templates.get(server, ()))]
+        templated = [
+            server
+            for server in servers
+            if len(uri) <= MATCHED_URI_CHARS and any(p.fullmatch(uri) for p in self._templates.get(server, ()))
+        ]
         others = [server for server in servers if self._manager.is_ready(server)]  # never wait on a stranger
         order = list(dict.fromkeys([*known, *templated, *others]))
 
@@ -240,16 +244,25 @@ async def _all_pages(fetch: Callable[[str | None], Awaitable[Any]], field: str) 
     return items
 
 
+MATCHED_URI_CHARS = 1024
+"""URIs longer than this are not matched against templates (they are read from the servers in order): a
+template's regex backtracks, and one 131 KB URI held the event loop, and every spawn, for 31 s."""
 _TEMPLATE_PART = re.compile(r"\{([+#./;?&]?)[^}]*\}")
 
 
 def _template_pattern(template: str) -> re.Pattern[str]:
-    """A regex matching the URIs an RFC 6570 template expands to: `{x}` one path segment, `{+x}` anything."""
+    """A regex matching the URIs an RFC 6570 template expands to: `{x}` one path segment, `{+x}` anything.
+    Variables side by side match as one (`{+a}{+b}{+c}` as `.+`): their regex backtracked in cubic time."""
     parts: list[str] = []
     last = 0
     for match in _TEMPLATE_PART.finditer(template):
-        parts.append(re.escape(template[last : match.start()]))
-        parts.append(".+" if match.group(1) in ("+", "#") else "[^/]+" if not match.group(1) else ".*")
+        literal = template[last : match.start()]
+        variable = ".+" if match.group(1) in ("+", "#") else "[^/]+" if not match.group(1) else ".*"
+        if literal or not parts or parts[-1] not in (".+", "[^/]+", ".*"):
+            parts.append(re.escape(literal))
+            parts.append(variable)
+        elif parts[-1] != variable:
+            parts[-1] = ".*" if ".*" in (parts[-1], variable) else ".+"  # the wider of the two
         last = match.end()
     parts.append(re.escape(template[last:]))
     return re.compile("".join(parts))
