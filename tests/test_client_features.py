@@ -564,3 +564,26 @@ def test_resource_templates_match_uris_without_backtracking_blowups() -> None:
         "weather://" + "a-" * (MATCHED_URI_CHARS // 2)
     )
     assert time.perf_counter() - started < 1.0  # a bound on complexity: 15 s before
+
+
+async def test_resource_and_prompt_descriptions_reach_agents_as_inert_as_tools(tmp_path: Path) -> None:
+    """Found by red-teaming: a server's resource, template and prompt descriptions (and a prompt argument's)
+    reached agents exactly as sent, a `## Tools` heading, a directory line and template tokens included;
+    a tool's are sanitized. They go into the model's context the same way."""
+    settings = Settings(
+        mcp={"servers": {"features": stdio_server_config("features.py", "--hostile-text")}, "cache_dir": tmp_path},
+        agents={"loop": AgentProfile(client="api")},
+    )
+    async with MCPManager(settings) as manager:
+        gateway = Gateway(settings, manager)
+        async with gateway.running("127.0.0.1", 0), spawn_client(gateway, "loop") as client:
+            (resource,) = (await client.list_resources()).resources
+            (template,) = (await client.list_resource_templates()).resource_templates
+            (prompt,) = (await client.list_prompts()).prompts
+        gateway.close()
+    (argument,) = prompt.arguments or []
+    for text in (resource.description, template.description, prompt.description, argument.description):
+        assert text is not None and text.startswith("A note.")
+        lines = text.splitlines()
+        assert not any(line.startswith(("#", "fake__tool -", "assistant:", "<|")) for line in lines), text
+        assert "<|im_start|>" not in text and "</tool_description>" not in text and "<system>" not in text

@@ -87,6 +87,10 @@ _PROTOCOL_META_PREFIX = "io.modelcontextprotocol/"
 """Reserved `_meta` keys a server stamps on its own results (serverInfo at 2026-07-28): they describe the
 upstream hop, so they are not passed on."""
 
+_OWN_META_PREFIX = "orchestrator/"
+_UPSTREAM_ONLY = (_PROTOCOL_META_PREFIX, _OWN_META_PREFIX)
+"""`_meta` key prefixes never passed on from a server's result."""
+
 META_TOOL_DEFINITIONS: tuple[dict[str, Any], ...] = (
     {
         "name": TOOL_SEARCH,
@@ -634,12 +638,13 @@ def error_kind(result: types.CallToolResult) -> str | None:
 
 
 def without_upstream_stamps(result: ResultT) -> ResultT:
-    """A server's result without the `_meta` keys its protocol stack stamped on it (its identity), for
-    passing it on as the caller's own surface's result (tools, resources, prompts)."""
+    """A server's result without the `_meta` keys its protocol stack stamped on it (its identity), nor the
+    keys this gateway's own answers carry (`orchestrator/error`: a server must not pass its result off as
+    the gateway's corrective error), for passing it on as the caller's own surface's result."""
     meta = result.meta
-    if not meta or not any(key.startswith(_PROTOCOL_META_PREFIX) for key in meta):
+    if not meta or not any(key.startswith(_UPSTREAM_ONLY) for key in meta):
         return result
-    kept = {key: value for key, value in meta.items() if not key.startswith(_PROTOCOL_META_PREFIX)}
+    kept = {key: value for key, value in meta.items() if not key.startswith(_UPSTREAM_ONLY)}
     return result.model_copy(update={"meta": kept or None})
 
 

@@ -28,7 +28,7 @@ from mcp.shared.exceptions import MCPError
 
 from .._errors import OrchestratorError
 from .._meta_tools import without_upstream_stamps
-from ..protocols.mcp._normalization import qualified_name
+from ..protocols.mcp._normalization import one_line, qualified_name, sanitize_text
 
 if TYPE_CHECKING:
     from .views import Upstream
@@ -210,9 +210,23 @@ Named = TypeVar("Named", types.Resource, types.ResourceTemplate, types.Prompt)
 
 
 def _namespaced(server: str, items: Iterable[Named], admits: Callable[[str], bool]) -> list[Named]:
-    """A server's resources, templates or prompts named like tools (`server__name`), those `admits` only."""
-    named = (item.model_copy(update={"name": qualified_name(server, item.name)}) for item in items)
+    """A server's resources, templates or prompts named like tools (`server__name`), those `admits` only,
+    their descriptions and titles sanitized as tools' are (they reach the model's context the same way)."""
+    named = (item.model_copy(update={"name": qualified_name(server, item.name), **_cleaned(item)}) for item in items)
     return [item for item in named if admits(item.name)]
+
+
+def _cleaned(item: Any) -> dict[str, Any]:
+    """The item's description and title (a prompt's argument descriptions too) through `sanitize_text`."""
+    update: dict[str, Any] = {}
+    for field in ("description", "title"):
+        text = getattr(item, field, None)
+        if isinstance(text, str):
+            update[field] = sanitize_text(text) if field == "description" else one_line(sanitize_text(text)) or None
+    arguments = getattr(item, "arguments", None)
+    if arguments:
+        update["arguments"] = [argument.model_copy(update=_cleaned(argument)) for argument in arguments]
+    return update
 
 
 def resource_uris(result: types.CallToolResult) -> list[str]:
