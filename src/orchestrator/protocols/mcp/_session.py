@@ -497,8 +497,14 @@ class Session:
             MCPError: the server answered with a JSON-RPC error.
         """
         client = self._live_client
-        with anyio.move_on_after(self.config.call_timeout_s) as scope:
-            return await func(client)
+        # In flight like a call, wanting no log messages: a server's log about this read or prompt must not
+        # be relayed to the one call in flight, which may be another spawn's.
+        self._log_sinks.append(None)
+        try:
+            with anyio.move_on_after(self.config.call_timeout_s) as scope:
+                return await func(client)
+        finally:
+            self._log_sinks.remove(None)
         assert scope.cancelled_caught
         raise ServerError(self.name, f"{what}: no answer within call_timeout_s={self.config.call_timeout_s:g} s")
 
