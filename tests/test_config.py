@@ -214,6 +214,13 @@ def test_show_and_errors_mask_what_urls_and_secret_keys_carry(tmp_path: Path, mo
     assert "123456789012" not in str(caught.value) and "(got a int value, not shown)" in str(caught.value)
 
 
+def test_a_nul_in_an_agent_command_is_a_config_error(tmp_path: Path) -> None:
+    """Found by red-teaming: `config check` passed it and `orchestrator spawn` died with a traceback."""
+    path = write(tmp_path, 'agents:\n  x:\n    command: ["echo\\0hi", "{task}"]\n')
+    with pytest.raises(ConfigError, match=r"agents\.x\.command\.0: holds a NUL character"):
+        load_config(path)
+
+
 runner = CliRunner()
 
 

@@ -380,6 +380,12 @@ class MCPSettings(_Model):
         return groups
 
 
+def _no_nul(argument: str) -> str:
+    if "\x00" in argument:
+        raise ValueError("holds a NUL character, which no program can receive as an argument")
+    return argument
+
+
 class AgentProfile(_Model):
     """`agents.<name>`: what one kind of spawned agent sees and how it is launched."""
 
@@ -393,8 +399,9 @@ class AgentProfile(_Model):
     pinned: list[str] = Field(default_factory=list)
     """Qualified names or globs always shipped with full schemas to this agent."""
     tool_search: ToolSearchOverrides = Field(default_factory=ToolSearchOverrides)
-    command: list[str] | None = None
-    """CLI agents: argv template; placeholders {task}, {mcp_config}, {mcp_url}, {tools_prompt}, {prompt_file}."""
+    command: list[Annotated[str, AfterValidator(_no_nul)]] | None = None
+    """CLI agents: argv template; placeholders {task}, {mcp_config}, {mcp_url}, {tools_prompt}, {prompt_file}.
+    No argument may hold a NUL (no program can receive one)."""
     env: _ExpandedMap = Field(default_factory=dict)
     timeout_s: float = Field(600.0, gt=0)
     client: Literal["claude-code", "codex", "api"] | None = None
