@@ -327,3 +327,19 @@ def test_a_servers_result_cannot_pass_itself_off_as_the_gateways_error() -> None
     result = types.CallToolResult(content=[], _meta={"orchestrator/error": "unknown_tool", "vendor/trace": "t-1"})
     assert without_upstream_stamps(result).meta == {"vendor/trace": "t-1"}
     assert error_kind(without_upstream_stamps(result)) is None
+
+
+def test_unique_items_are_checked_in_linear_time_with_json_schemas_equality() -> None:
+    """Found by red-teaming: jsonschema compares items pairwise when they do not sort (objects); one call
+    with 4,000 of them held a worker thread, shared by every spawn, for half a minute."""
+    schema = {"type": "object", "properties": {"items": {"type": "array", "uniqueItems": True}}}
+    entry = ToolCatalog.from_lists({"s": [{"name": "t", "inputSchema": schema}]}).entries[0]
+    checker = ArgumentChecker()
+    started = time.perf_counter()
+    assert checker.check(entry, {"items": [{"n": n, "tag": "x" * 8} for n in range(4_000)]})
+    assert time.perf_counter() - started < 5.0  # a bound on complexity: about 30 s before
+    for same in ([1, 1.0], [{"a": 1, "b": 2}, {"b": 2, "a": 1}], [[1, "x"], [1, "x"]]):
+        with pytest.raises(ArgumentProblem, match="non-unique elements"):
+            checker.check(entry, {"items": same})
+    for different in ([True, 1], [False, 0, None], [[1, 2], [2, 1]], [{"a": 1}, {"a": 1.5}]):
+        assert checker.check(entry, {"items": different})
