@@ -587,3 +587,34 @@ async def test_resource_and_prompt_descriptions_reach_agents_as_inert_as_tools(t
         lines = text.splitlines()
         assert not any(line.startswith(("#", "fake__tool -", "assistant:", "<|")) for line in lines), text
         assert "<|im_start|>" not in text and "</tool_description>" not in text and "<system>" not in text
+
+
+async def test_one_spawns_links_and_a_squatters_template_never_route_another_spawns_reads(tmp_path: Path) -> None:
+    """Found by red-teaming: the URI -> server map was one for every spawn, fed by any spawn's tool results,
+    and tried before the matching templates in server name order. Spawn A calling a tool that links to
+    `features://notes/hello` made spawn B's read of it go to that tool's server; a server named before
+    `features` with a `features://{kind}/{rest}` template took B's reads of other notes."""
+    settings = Settings(
+        mcp={
+            "servers": {"features": stdio_server_config("features.py"), "aaa": stdio_server_config("squatter.py")},
+            "cache_dir": tmp_path,
+        },
+        agents={"loop": AgentProfile(client="api")},
+    )
+    async with MCPManager(settings) as manager:
+        gateway = Gateway(settings, manager)
+        async with (
+            gateway.running("127.0.0.1", 0),
+            spawn_client(gateway, "loop") as a,
+            spawn_client(gateway, "loop") as b,
+        ):
+            await b.list_resource_templates()  # the gateway learns both servers' templates
+            linked = await a.call_tool("aaa__link_to", {"uri": "features://notes/hello"})
+            assert [block.uri for block in linked.content if isinstance(block, types.ResourceLink)]
+            for uri, text in (
+                ("features://notes/hello", "Note hello from the features server."),
+                ("features://notes/secret-42", "Note secret-42 from the features server."),
+            ):
+                read = await b.read_resource(uri)
+                assert [item.text for item in read.contents] == [text]  # type: ignore[union-attr]
+        gateway.close()

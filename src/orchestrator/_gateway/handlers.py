@@ -228,7 +228,7 @@ class GatewayHandlers:
         uris = resource_uris(handled.result)
         entry = context.view.visible().lookup(event.tool[0]) if uris else None
         if entry is not None:
-            self._proxy.remember(uris, context.view.rules.routes(entry))
+            self._proxy.remember(uris, context.view.rules.routes(entry), context.id or "")
 
     # ------------------------------------------------------------------ resources and prompts
 
@@ -255,7 +255,9 @@ class GatewayHandlers:
         self, ctx: RequestContext, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
         servers, _ = self._opened(ctx)
-        return await self._proxy.read_resource(servers, str(params.uri))
+        context = self.context_for(ctx)
+        spawn = context.id or "" if context is not None else ""
+        return await self._proxy.read_resource(servers, str(params.uri), spawn)
 
     async def on_list_prompts(
         self, ctx: RequestContext, params: types.PaginatedRequestParams | None

@@ -7,9 +7,11 @@ use, that are up and announce the capability), names namespaced like tools (`ser
 `qualified_name`), URIs unchanged: a URI is what a tool result and a template produce, so it must read
 back as it is.
 
-A read goes to the server that owns the URI: the one whose tool returned it (remembered from call
-results), whose listing has it, or whose template matches it; then, for a URI none claims, every other
-server the agent may use that is up, in turn. A prompt's namespaced name maps back to its server and original name.
+A read goes to the server that owns the URI: the one whose listing has it, then the one whose tool returned
+it to the same spawn (remembered from its call results: one spawn's results never route another's reads),
+then the one whose template matches it, the most specific first (a template that starts with a variable
+claims nothing: it would match every server's URIs); then
+every other server the agent may use that is up, in turn. A prompt's namespaced name maps back to its server and original name.
 Upstream protocol stamps (`_meta` `io.modelcontextprotocol/*`) are taken off every result.
 """
 
@@ -61,19 +63,19 @@ class UpstreamProxy:
 
     def __init__(self, manager: Upstream) -> None:
         self._manager = manager
-        self._owners: OrderedDict[str, tuple[str, ...]] = OrderedDict()
-        self._templates: dict[str, list[re.Pattern[str]]] = {}
+        self._listed: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        """URI -> the servers whose listing has it."""
+        self._linked: OrderedDict[tuple[str, str], tuple[str, ...]] = OrderedDict()
+        """(spawn, URI) -> the servers whose tool handed the URI to that spawn."""
+        self._templates: dict[str, list[tuple[int, re.Pattern[str]]]] = {}
+        """Server -> its templates' patterns, each with the length of its literal start (how specific it is)."""
         self._prompts: dict[str, tuple[str, str]] = {}
 
     # ------------------------------------------------------------------ resources
 
-    def remember(self, uris: Iterable[str], servers: Sequence[str]) -> None:
-        """Note that `servers` (in order of preference) handed out these URIs, e.g. in a tool result."""
-        for uri in uris:
-            self._owners[uri] = tuple(servers)
-            self._owners.move_to_end(uri)
-            while len(self._owners) > URI_MEMORY:
-                self._owners.popitem(last=False)
+    def remember(self, uris: Iterable[str], servers: Sequence[str], spawn: str = "") -> None:
+        """Note that `servers` (in order of preference) handed these URIs to `spawn` in a tool result."""
+        _remembered(self._linked, ((spawn, uri) for uri in uris), tuple(servers))
 
     async def list_resources(self, servers: Sequence[str], admits: Callable[[str], bool]) -> types.ListResourcesResult:
         """The resources of `servers` whose namespaced names `admits`."""
@@ -84,7 +86,7 @@ class UpstreamProxy:
 
         found: list[types.Resource] = []
         for server, resources in await self._each(servers, "resources/list", pages):
-            self.remember((resource.uri for resource in resources), [server])
+            _remembered(self._listed, (str(resource.uri) for resource in resources), (server,))
             found.extend(_namespaced(server, resources, admits))
         return types.ListResourcesResult(resources=found)
 
@@ -99,24 +101,30 @@ class UpstreamProxy:
 
         found: list[types.ResourceTemplate] = []
         for server, templates in await self._each(servers, "resources/templates/list", pages):
-            self._templates[server] = [_template_pattern(template.uri_template) for template in templates]
+            self._templates[server] = [
+                (len(template.uri_template.split("{", 1)[0]), _template_pattern(template.uri_template))
+                for template in templates
+                if "{" not in template.uri_template[:1]  # one that starts with a variable claims every URI
+            ]
             found.extend(_namespaced(server, templates, admits))
         return types.ListResourceTemplatesResult(resource_templates=found)
 
-    async def read_resource(self, servers: Sequence[str], uri: str) -> types.ReadResourceResult:
+    async def read_resource(self, servers: Sequence[str], uri: str, spawn: str = "") -> types.ReadResourceResult:
         """Read `uri` from its owner among `servers` (see the module docstring for the order tried).
 
         Raises:
             MCPError: RESOURCE_NOT_FOUND when none of them has it (the last server's own error otherwise).
         """
-        known = [server for server in self._owners.get(uri, ()) if server in servers]
-        templated = [
-            server
-            for server in servers
-            if len(uri) <= MATCHED_URI_CHARS and any(p.fullmatch(uri) for p in self._templates.get(server, ()))
-        ]
+        listed = [server for server in self._listed.get(uri, ()) if server in servers]
+        linked = [server for server in self._linked.get((spawn, uri), ()) if server in servers]
+        specific = {
+            server: max((start for start, p in self._templates.get(server, ()) if p.fullmatch(uri)), default=-1)
+            for server in (servers if len(uri) <= MATCHED_URI_CHARS else ())
+        }
+        # The most specific match first: `features://notes/{name}` before another server's `features://{+x}`.
+        templated = sorted((server for server, start in specific.items() if start >= 0), key=lambda s: -specific[s])
         others = [server for server in servers if self._manager.is_ready(server)]  # never wait on a stranger
-        order = list(dict.fromkeys([*known, *templated, *others]))
+        order = list(dict.fromkeys([*listed, *linked, *templated, *others]))
 
         async def read(client: Client) -> types.ReadResourceResult:
             _require(client, "resources")
@@ -134,9 +142,9 @@ class UpstreamProxy:
             except OrchestratorError as exc:  # down or too slow: the next may have it
                 log.debug("resources/read %s on %r: %s", uri, server, exc)
                 continue
-            self.remember([uri], [server])
+            self.remember([uri], [server], spawn)
             return without_upstream_stamps(result)
-        if failure is not None and failure.code != RESOURCE_NOT_FOUND and known:
+        if failure is not None and failure.code != RESOURCE_NOT_FOUND and (listed or linked):
             raise failure
         raise MCPError(RESOURCE_NOT_FOUND, f"resource {uri!r} not found on any server this agent may use")
 
@@ -262,6 +270,15 @@ MATCHED_URI_CHARS = 1024
 """URIs longer than this are not matched against templates (they are read from the servers in order): a
 template's regex backtracks, and one 131 KB URI held the event loop, and every spawn, for 31 s."""
 _TEMPLATE_PART = re.compile(r"\{([+#./;?&]?)[^}]*\}")
+
+
+def _remembered(memory: OrderedDict[Any, tuple[str, ...]], keys: Iterable[Any], servers: tuple[str, ...]) -> None:
+    """Each key now maps to `servers`, the newest last; the oldest are forgotten past URI_MEMORY."""
+    for key in keys:
+        memory[key] = servers
+        memory.move_to_end(key)
+        while len(memory) > URI_MEMORY:
+            memory.popitem(last=False)
 
 
 def _template_pattern(template: str) -> re.Pattern[str]:
