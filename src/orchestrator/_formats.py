@@ -27,7 +27,7 @@ import mcp.types as types
 from ._clients import OPENAI_TOOL_LIMIT
 from ._errors import OrchestratorError
 from .protocols.mcp._catalog import ToolCatalog, ToolEntry
-from .protocols.mcp._normalization import MIN_NAME_LENGTH, hashed_name, one_line, sanitize_text
+from .protocols.mcp._normalization import MIN_NAME_LENGTH, hashed_name, sanitize_title
 
 __all__ = [
     "ANTHROPIC_DESCRIPTION_LIMIT",
@@ -329,8 +329,7 @@ def _annotations(raw: Mapping[str, Any]) -> types.ToolAnnotations | None:
     are dropped, never fatal."""
     kept = {key: raw[key] for key in _ANNOTATION_KEYS if key in raw}
     if "title" in kept:
-        title = kept["title"]
-        kept["title"] = one_line(sanitize_text(title)) or None if isinstance(title, str) else None
+        kept["title"] = sanitize_title(kept["title"])
     try:
         return types.ToolAnnotations.model_validate(kept)
     except ValueError:

@@ -30,7 +30,7 @@ from mcp.shared.exceptions import MCPError
 
 from .._errors import OrchestratorError
 from .._meta_tools import without_upstream_stamps
-from ..protocols.mcp._normalization import one_line, qualified_name, sanitize_text
+from ..protocols.mcp._normalization import qualified_name, sanitize_text, sanitize_title
 
 if TYPE_CHECKING:
     from .views import Upstream
@@ -230,7 +230,7 @@ def _cleaned(item: Any) -> dict[str, Any]:
     for field in ("description", "title"):
         text = getattr(item, field, None)
         if isinstance(text, str):
-            update[field] = sanitize_text(text) if field == "description" else one_line(sanitize_text(text)) or None
+            update[field] = sanitize_text(text) if field == "description" else sanitize_title(text)
     arguments = getattr(item, "arguments", None)
     if arguments:
         update["arguments"] = [argument.model_copy(update=_cleaned(argument)) for argument in arguments]

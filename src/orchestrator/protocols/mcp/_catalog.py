@@ -29,6 +29,7 @@ from ._normalization import (
     qualified_name,
     sanitize_schema,
     sanitize_text,
+    sanitize_title,
 )
 from ._snapshot import Listed, Unstreamable, read_snapshot, snapshot_lists
 
@@ -543,7 +544,7 @@ def _shown_fields(raw: Mapping[str, Any], limit: int) -> tuple[Any, ...]:
     if not isinstance(title, str) and annotations is not None:
         title = annotations.get("title")
     return (
-        one_line(sanitize_text(title, limit)) or None if isinstance(title, str) else None,
+        sanitize_title(title, limit),
         description,
         one_line(description),
         sanitize_schema(dict(schema), limit) if isinstance(schema, Mapping) else dict(_EMPTY_SCHEMA),

@@ -177,6 +177,12 @@ def one_line(text: object, limit: int = SUMMARY_LIMIT) -> str:
     return cut.rstrip(" ,;:") + ELLIPSIS
 
 
+def sanitize_title(title: object, limit: int = DESCRIPTION_LIMIT) -> str | None:
+    """A server's title (a tool's, its annotations', a resource's or prompt's) as every path shows it:
+    `sanitize_text`, then one line; None for an empty one or one that is not a string."""
+    return one_line(sanitize_text(title, limit)) or None if isinstance(title, str) else None
+
+
 def sanitize_text(text: object, limit: int = DESCRIPTION_LIMIT) -> str:
     """Untrusted server text (a tool or parameter description) made safe for prompts and terminals.
 
