@@ -287,3 +287,45 @@ def test_one_cache_root_holds_tool_lists_task_histories_and_vectors(tmp_path: Pa
     assert settings.mcp.embedding_cache_dir() == root / "embeddings"
     moved = Settings(mcp={"cache_dir": str(root), "embedding": {"cache_dir": str(tmp_path / "vectors")}})
     assert moved.mcp.embedding_cache_dir() == tmp_path / "vectors"
+
+
+def test_a_default_may_reference_another_variable_expanded_only_when_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GH_TOKEN", "from-gh")
+    monkeypatch.delenv("TOKEN", raising=False)
+    path = write(
+        tmp_path,
+        SERVER
+        + "      env:\n"
+        + "        A: '${TOKEN:-${GH_TOKEN}}'\n"
+        + "        B: '${TOKEN:-x${NOT_SET_EITHER:-y}z}/w'\n"
+        + "        C: '${GH_TOKEN:-${SURELY_NOT_SET_ANYWHERE}}'\n",
+    )
+    env = load_settings(path).mcp.servers["time"].env
+    assert env == {"A": "from-gh", "B": "xyz/w", "C": "from-gh"}
+    missing = write(tmp_path, SERVER + "      env: {A: '${TOKEN:-${SURELY_NOT_SET_ANYWHERE}}'}\n", "missing.yaml")
+    with pytest.raises(ConfigError, match="SURELY_NOT_SET_ANYWHERE is not set"):
+        load_config(missing)
+
+
+def test_a_bad_env_json_value_names_the_variable_not_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, SERVER)
+    monkeypatch.setenv("BERNSTEIN_MCP__SERVERS", "{bad")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value).startswith("environment BERNSTEIN_MCP__SERVERS: not valid JSON: ")
+    assert str(path) not in str(caught.value)
+
+
+def test_cli_warns_about_a_variable_naming_no_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, SERVER)
+    monkeypatch.setenv("BERNSTEIN_MPC__TOOL_SEARCH__THRESHOLD_TOKENS", "5")
+    loaded = load_config(path)
+    assert loaded.ignored_env == ("BERNSTEIN_MPC__TOOL_SEARCH__THRESHOLD_TOKENS",)
+    result = runner.invoke(app, ["--config", str(path), "config", "check"])
+    assert result.exit_code == 0
+    assert "warning: environment BERNSTEIN_MPC__TOOL_SEARCH__THRESHOLD_TOKENS: names no setting" in result.output
+    monkeypatch.delenv("BERNSTEIN_MPC__TOOL_SEARCH__THRESHOLD_TOKENS")
+    monkeypatch.setenv("BERNSTEIN_CONFIG", str(path))
+    assert load_config().ignored_env == ()

@@ -11,6 +11,7 @@ the line (for YAML) or the environment variable that carried it.
 from __future__ import annotations
 
 import contextvars
+import json
 import os
 import re
 import shutil
@@ -80,28 +81,59 @@ MIN_SIGNING_KEY_CHARS = 32
 # sources hook and by `${CONFIG_DIR}` expansion (validators get no other way to see it).
 _yaml_path: contextvars.ContextVar[Path | None] = contextvars.ContextVar("bernstein_yaml_path", default=None)
 
-_VAR_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_VAR_START = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-|\})")
 
 
 def expand_vars(value: str) -> str:
     """Expand `${VAR}` and `${VAR:-default}` from the environment; `${CONFIG_DIR}` is the config's folder.
+    A default may hold references itself (`${TOKEN:-${GH_TOKEN}}`), expanded only when it is used, as a
+    shell does; anything else (`$VAR`, an unclosed `${`) is kept as written.
 
     Raises:
         ValueError: a referenced variable is not set and has no default.
     """
+    out: list[str] = []
+    position = 0
+    while (match := _VAR_START.search(value, position)) is not None:
+        name = match.group(1)
+        if match.group(2) == "}":
+            default, end = None, match.end()
+        else:
+            close = _closing_brace(value, match.end())
+            if close is None:  # never closed: kept as text, references after it still expand
+                out.append(value[position : match.end()])
+                position = match.end()
+                continue
+            default, end = value[match.end() : close], close + 1
+        out.append(value[position : match.start()])
+        out.append(_variable(name, default))
+        position = end
+    out.append(value[position:])
+    return "".join(out)
 
-    def replace(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
-        if name == "CONFIG_DIR" and name not in os.environ:
-            path = _yaml_path.get()
-            return str(path.parent.resolve()) if path is not None else str(Path.cwd())
-        if name in os.environ:
-            return os.environ[name]
-        if default is not None:
-            return default
-        raise ValueError(f"environment variable {name} is not set (referenced as ${{{name}}})")
 
-    return _VAR_PATTERN.sub(replace, value)
+def _closing_brace(value: str, start: int) -> int | None:
+    """Index of the `}` closing a `${` whose default starts at `start` (nested `${...}` skipped)."""
+    depth = 0
+    for index in range(start, len(value)):
+        if value.startswith("${", index):
+            depth += 1
+        elif value[index] == "}":
+            if depth == 0:
+                return index
+            depth -= 1
+    return None
+
+
+def _variable(name: str, default: str | None) -> str:
+    if name == "CONFIG_DIR" and name not in os.environ:
+        path = _yaml_path.get()
+        return str(path.parent.resolve()) if path is not None else str(Path.cwd())
+    if name in os.environ:
+        return os.environ[name]
+    if default is not None:
+        return expand_vars(default)
+    raise ValueError(f"environment variable {name} is not set (referenced as ${{{name}}})")
 
 
 _Expanded = Annotated[str, AfterValidator(expand_vars)]
@@ -592,6 +624,8 @@ class LoadedConfig:
     path_reason: str
     file_data: dict[str, Any] = field(default_factory=dict)
     env_data: dict[str, Any] = field(default_factory=dict)
+    ignored_env: tuple[str, ...] = ()
+    """`BERNSTEIN_*` variables that name no setting (a typo such as `BERNSTEIN_MPC__...`): read by nothing."""
 
     def source_of(self, key_path: tuple[str, ...]) -> str:
         """`env`, `file` or `default` for one leaf key path."""
@@ -618,16 +652,45 @@ def load_config(path: str | os.PathLike[str] | None = None) -> LoadedConfig:
     root: yaml.Node | None = None
     if resolved is not None:
         file_data, root = _read_yaml(resolved)
-    env_data: dict[str, Any] = {}
     try:
         env_data = EnvSettingsSource(Settings)()
+    except (ValueError, TypeError) as exc:  # pydantic-settings reports a bad env JSON value this way
+        raise ConfigError(_describe_env_error(exc)) from None
+    try:
         settings = Settings(resolved)
     except ValidationError as exc:
         raise ConfigError(_describe_validation_error(exc, resolved, root, env_data)) from None
-    except (ValueError, TypeError) as exc:  # pydantic-settings reports a bad env JSON value this way
-        where = str(resolved) if resolved else "environment"
+    except (ValueError, TypeError) as exc:
+        where = str(resolved) if resolved else "settings"
         raise ConfigError(f"{where}: {_one_line(str(exc))}") from None
-    return LoadedConfig(settings, resolved, reason, file_data, env_data)
+    return LoadedConfig(settings, resolved, reason, file_data, env_data, _ignored_env())
+
+
+def _ignored_env() -> tuple[str, ...]:
+    """`BERNSTEIN_*` variables naming no setting (`BERNSTEIN_MPC__...`): pydantic-settings passes over
+    them silently, and a variable may belong to another tool, so they are reported, not refused."""
+    known = {name.upper() for name in Settings.model_fields} | {CONFIG_ENV_VAR.removeprefix(ENV_PREFIX)}
+    return tuple(
+        sorted(
+            name
+            for name in os.environ
+            if name.upper().startswith(ENV_PREFIX)
+            and name.upper().removeprefix(ENV_PREFIX).split(ENV_NESTED_DELIMITER)[0] not in known
+        )
+    )
+
+
+def _describe_env_error(exc: Exception) -> str:
+    """One line naming the `BERNSTEIN_*` variable whose JSON value does not parse: pydantic-settings names
+    only the top-level setting it was reading."""
+    for name, value in sorted(os.environ.items()):
+        if not name.upper().startswith(ENV_PREFIX) or not value.lstrip().startswith(("{", "[")):
+            continue
+        try:
+            json.loads(value)
+        except ValueError as error:
+            return f"environment {name}: not valid JSON: {_one_line(str(error))}"
+    return f"environment: {_one_line(str(exc))}"
 
 
 def _read_yaml(path: Path) -> tuple[dict[str, Any], yaml.Node | None]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ._common import echo, loaded_config, print_json, print_table
+from ._common import echo, err_console, loaded_config, print_json, print_table
+
+if TYPE_CHECKING:
+    from .._config import LoadedConfig
 
 __all__ = ["register"]
 
@@ -17,6 +20,7 @@ config_app = typer.Typer(help="Validate and show the effective configuration.", 
 def check(ctx: typer.Context) -> None:
     """Validate the configuration; exit 2 with one line per problem when it is wrong."""
     loaded = loaded_config(ctx)
+    _warn_ignored_env(loaded)
     servers = loaded.settings.mcp.servers
     enabled = sum(1 for server in servers.values() if server.enabled)
     where = loaded.path if loaded.path is not None else "defaults"
@@ -32,6 +36,7 @@ def show(
     from .._config import effective_values
 
     loaded = loaded_config(ctx)
+    _warn_ignored_env(loaded)
     rows = list(effective_values(loaded))
     if as_json:
         print_json(
@@ -45,6 +50,19 @@ def show(
     where = loaded.path if loaded.path is not None else "none"
     echo(f"config file: {where} ({loaded.path_reason})")
     print_table(["key", "value", "source"], [(key, _render(value), source) for key, value, source in rows])
+
+
+def _warn_ignored_env(loaded: LoadedConfig) -> None:
+    """A warning on stderr per `BERNSTEIN_*` variable that names no setting (most likely a typo)."""
+    from .._config import Settings
+
+    known = ", ".join(sorted(Settings.model_fields))
+    for name in loaded.ignored_env:
+        err_console.print(
+            f"warning: environment {name}: names no setting (top-level keys: {known}); ignored",
+            markup=False,
+            soft_wrap=True,
+        )
 
 
 def _render(value: object) -> str:
