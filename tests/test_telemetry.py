@@ -385,6 +385,30 @@ def test_prometheus_scrape_shows_the_three_outcome_series() -> None:
     assert samples["mcp_tool_search_duration_seconds_count"]
 
 
+def test_a_loopback_prometheus_endpoint_answers_only_loopback_host_names() -> None:
+    """A web page whose name resolves to 127.0.0.1 (DNS rebinding) cannot read which servers and tools
+    the user has: its Host header gets 421, over a raw socket as a browser would send it."""
+    settings = TelemetrySettings(exporter="prometheus", prometheus={"host": "127.0.0.1", "port": 0})
+    with telemetry_session(settings) as session:
+        assert session.prometheus_address is not None
+        session.record_catalog("secret-server", 3, 100)
+        port = session.prometheus_address[1]
+
+        def get(host: str | None) -> bytes:
+            request = b"GET /metrics HTTP/1.1\r\n" + (f"Host: {host}\r\n".encode() if host else b"")
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as connection:
+                connection.sendall(request + b"Connection: close\r\n\r\n")
+                return b"".join(iter(lambda: connection.recv(65536), b""))
+
+        for allowed in (f"127.0.0.1:{port}", f"localhost:{port}"):
+            answer = get(allowed)
+            assert answer.startswith(b"HTTP/1.0 200") and b"secret-server" in answer
+        for refused in (f"attacker.example:{port}", f"127.0.0.1:{port}.attacker.example", "127.0.0.1:\u00b2", None):
+            answer = get(refused)
+            assert answer.split(b"\r\n", 1)[0].startswith(b"HTTP/1.0 421"), (refused, answer[:80])
+            assert b"secret-server" not in answer
+
+
 def test_prometheus_endpoint_can_be_set_up_again_on_the_same_port() -> None:
     port = free_port()
     settings = TelemetrySettings(exporter="prometheus", prometheus={"port": port})

@@ -14,10 +14,14 @@ from .._errors import ConfigError
 __all__ = [
     "CHALLENGE_PATH",
     "DEFAULT_PATH",
+    "LOOPBACK_HOSTS",
+    "LOOPBACK_ORIGINS",
     "SERVER_NAME",
     "check_bind",
     "client_base_url",
     "is_loopback",
+    "is_number",
+    "matches_address",
     "mcp_config",
     "spawn_path",
 ]
@@ -29,6 +33,11 @@ SERVER_NAME = "orchestrator"
 Claude Code (`gateway.server_name` changes it)."""
 CHALLENGE_PATH = "/auth/challenge"
 """POST {"nonce"} -> {"proof": HMAC(secret, nonce)}: the one endpoint that needs no credential."""
+
+LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
+"""`Host` headers a loopback listener answers to: any other is a web page's name resolving to 127.0.0.1
+(DNS rebinding)."""
+LOOPBACK_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
 
 _LOOPBACK_NAMES = {"localhost", "ip6-localhost"}
 
@@ -46,6 +55,21 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def matches_address(value: str, patterns: tuple[str, ...]) -> bool:
+    """`value` equals a pattern, or a `...:*` pattern with any port."""
+    for pattern in patterns:
+        if value == pattern or (
+            pattern.endswith(":*") and value.startswith(pattern[:-1]) and is_number(value[len(pattern) - 1 :])
+        ):
+            return True
+    return False
+
+
+def is_number(text: str) -> bool:
+    """ASCII digits only: `str.isdigit` also takes other scripts' digits and superscripts ('٨٠', '²')."""
+    return text.isascii() and text.isdigit()
 
 
 def check_bind(host: str, token: str | None) -> None:

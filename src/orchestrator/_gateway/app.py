@@ -44,7 +44,18 @@ from starlette.responses import JSONResponse, Response
 from .._config import Settings
 from .._errors import ConfigError, OrchestratorError
 from .._store import StoreError
-from .addresses import CHALLENGE_PATH, DEFAULT_PATH, check_bind, client_base_url, is_loopback, spawn_path
+from .addresses import (
+    CHALLENGE_PATH,
+    DEFAULT_PATH,
+    LOOPBACK_HOSTS,
+    LOOPBACK_ORIGINS,
+    check_bind,
+    client_base_url,
+    is_loopback,
+    is_number,
+    matches_address,
+    spawn_path,
+)
 from .auth import (
     CLOCK_LEEWAY_S,
     CredentialError,
@@ -70,8 +81,6 @@ MAX_SESSIONS_PER_SPAWN = 32
 LISTEN_BACKLOG = 256
 """Connections the kernel queues before uvicorn accepts them: room for a burst of agents starting at once."""
 # What a loopback gateway answers to: any port of these names (DNS rebinding protection, as on /mcp).
-_LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
-_LOOPBACK_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
 _NONCE = re.compile(r"[0-9a-f]{32,256}")
 _TASK_ID = re.compile(r"[!-~]{1,128}")
 """Printable ASCII without spaces: task ids name store records and appear in logs."""
@@ -196,10 +205,10 @@ class _Router:
         """421 for a Host this gateway does not answer to (DNS rebinding: a web page's name resolving to
         127.0.0.1), 403 for a browser page's Origin. MCP endpoints accept loopback pages, as the SDK does;
         the admin endpoints accept no browser at all."""
-        if self._loopback and not _matches(request.headers.get("host", ""), _LOOPBACK_HOSTS):
+        if self._loopback and not matches_address(request.headers.get("host", ""), LOOPBACK_HOSTS):
             return _error("Host header not allowed (DNS rebinding protection)", 421)
         origin = request.headers.get("origin")
-        if origin is not None and (admin or not self._loopback or not _matches(origin, _LOOPBACK_ORIGINS)):
+        if origin is not None and (admin or not self._loopback or not matches_address(origin, LOOPBACK_ORIGINS)):
             return _error("cross-origin requests are refused", 403)
         return None
 
@@ -429,8 +438,8 @@ def _transport_security(host: str) -> TransportSecuritySettings:
     if is_loopback(host):
         return TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
-            allowed_hosts=list(_LOOPBACK_HOSTS),
-            allowed_origins=list(_LOOPBACK_ORIGINS),
+            allowed_hosts=list(LOOPBACK_HOSTS),
+            allowed_origins=list(LOOPBACK_ORIGINS),
         )
     return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
@@ -468,7 +477,7 @@ async def _read_capped(request: Request, limit: int) -> bytes:
     """The body, or 413 as soon as it is known to exceed `limit` (declared length first, then as read)."""
     declared = request.headers.get("content-length")
     if declared is not None:
-        if not _is_number(declared.strip()):
+        if not is_number(declared.strip()):
             raise _BadRequest("Content-Length is not a number")
         if int(declared) > limit:
             raise _Refused(
@@ -482,21 +491,6 @@ async def _read_capped(request: Request, limit: int) -> bytes:
             raise _Refused(f"request body over {limit:,} bytes (gateway.max_body_bytes)", 413)
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def _matches(value: str, patterns: tuple[str, ...]) -> bool:
-    """`value` equals a pattern, or a `...:*` pattern with any port."""
-    for pattern in patterns:
-        if value == pattern or (
-            pattern.endswith(":*") and value.startswith(pattern[:-1]) and _is_number(value[len(pattern) - 1 :])
-        ):
-            return True
-    return False
-
-
-def _is_number(text: str) -> bool:
-    """ASCII digits only: `str.isdigit` also takes other scripts' digits and superscripts ('٨٠', '²')."""
-    return text.isascii() and text.isdigit()
 
 
 def _principal(name: str) -> AuthenticatedUser:

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -23,9 +23,12 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
 
 from .._errors import ConfigError
+from .._gateway.addresses import LOOPBACK_HOSTS, is_loopback, matches_address
 from .instruments import Telemetry
 
 if TYPE_CHECKING:
+    from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
+
     from .._config import Settings, TelemetrySettings
 
 __all__ = ["setup_telemetry", "telemetry_session"]
@@ -98,7 +101,7 @@ def _telemetry_settings(settings: Settings | TelemetrySettings) -> TelemetrySett
 
 def _prometheus_telemetry(config: TelemetrySettings, resource: Resource) -> Telemetry:
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
-    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client import CollectorRegistry, make_wsgi_app, start_http_server
 
     # A registry of our own: the global REGISTRY would refuse a second collector on a later setup.
     registry = CollectorRegistry(auto_describe=True)
@@ -111,6 +114,9 @@ def _prometheus_telemetry(config: TelemetrySettings, resource: Resource) -> Tele
         raise ConfigError(
             f"telemetry.prometheus: cannot serve metrics on {host}:{port}: {exc.strerror or exc}"
         ) from exc
+    if is_loopback(host):
+        # Before any metric exists: the thread serves from its first request on.
+        server.set_app(_loopback_only(make_wsgi_app(registry)))
     meter_provider = SDKMeterProvider(resource=resource, metric_readers=[reader])
     return Telemetry(
         meter_provider,
@@ -119,6 +125,20 @@ def _prometheus_telemetry(config: TelemetrySettings, resource: Resource) -> Tele
         prometheus_server=server,
         prometheus_thread=thread,
     )
+
+
+def _loopback_only(app: WSGIApplication) -> WSGIApplication:
+    """`app` answering 421 to a `Host` other than a loopback address: on a loopback port, a web page whose
+    name resolves to 127.0.0.1 (DNS rebinding) could otherwise read which servers and tools a user has.
+    A listener on another address was exposed on purpose, and Prometheus scrapes it by any name."""
+
+    def checked(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if matches_address(environ.get("HTTP_HOST", ""), LOOPBACK_HOSTS):
+            return app(environ, start_response)
+        start_response("421 Misdirected Request", [("Content-Type", "text/plain; charset=utf-8")])
+        return [b"Host header not allowed (DNS rebinding protection)\n"]
+
+    return checked
 
 
 def _push_exporters(config: TelemetrySettings) -> tuple[Any, Any]:
