@@ -216,3 +216,31 @@ async def test_searches_and_history_writes_run_on_the_loop_only_with_no_workers(
     assert TaskHistory(tmp_path / "tasks").recent(task_key("noted task")) == [TIME_TOOL]  # from its file
     assert (blend.threads[0] == loop_thread) is on_loop
     assert (history.threads[0] == loop_thread) is on_loop
+
+
+async def test_one_agents_flood_holds_at_most_half_the_pool_and_another_agent_is_served(
+    manager: MCPManager, tmp_path: Path
+) -> None:
+    """Three searches from one spawn take one of the two threads (the rest wait in that spawn's own queue),
+    so another spawn's search runs at once instead of waiting behind them."""
+    blend = HeldBlend()
+    async with (
+        serving(manager, tmp_path, 2, blend) as gateway,
+        agent(gateway, "flooding task") as flooding,
+        agent(gateway, "other task") as other,
+    ):
+        found: list[Any] = []
+        async with anyio.create_task_group() as tg:
+            try:
+                for _ in range(3):
+                    tg.start_soon(search, flooding, found)
+                await blend.wait_entered(1)
+                await anyio.sleep(0.2)  # time for a second flooding search to take the free thread, were it let
+                assert blend.inside == 1 and gateway.workers()["busy"] == 1
+                tg.start_soon(search, other, found)
+                await blend.wait_entered(1)  # the other spawn's search reached the blend: it got the free thread
+                assert blend.inside == 2
+            finally:
+                blend.release.set()
+        assert len(found) == 4 and all(result["outcome"] == "hit" for result in found)
+        assert blend.most_inside == 2

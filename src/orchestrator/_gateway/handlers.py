@@ -154,7 +154,8 @@ class GatewayHandlers:
         self._track_legacy_session(context, ctx)
         if context.session is not None:
             context.session.listed()
-        return types.ListToolsResult(tools=await self._run_sync(_listed_tools, context))
+        offload = context.offload or self._run_sync  # a spawn's share of the pool
+        return types.ListToolsResult(tools=await offload(_listed_tools, context))
 
     async def on_call_tool(self, ctx: RequestContext, params: types.CallToolRequestParams) -> types.CallToolResult:
         context = self.context_for(ctx)

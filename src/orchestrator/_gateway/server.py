@@ -42,7 +42,7 @@ from .._config import Settings
 from .._errors import ConfigError, OrchestratorError
 from .._events import Caller, CallEvent, EventListener, MetaEvent
 from .._history import TaskHistory
-from .._meta_tools import MetaTools
+from .._meta_tools import MetaTools, Offload
 from .._planning import SpawnPlanner
 from .._spawnlog import SpawnLog
 from .._store import MemoryStore, Store
@@ -65,6 +65,9 @@ __all__ = ["Gateway"]
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
+
+SPAWN_SHARE = 0.5
+"""Share of the worker pool's threads one spawn's work may hold at once (at least one thread)."""
 
 INSTRUCTIONS = (
     "Tools of the orchestrator's MCP servers. In search mode: tool_search, then expand_tools, then call_tool."
@@ -222,6 +225,24 @@ class Gateway:
             return func(*args)
         return await anyio.to_thread.run_sync(func, *args, limiter=self._limiter)
 
+    def _spawn_share(self) -> Offload:
+        """`run_sync` for one spawn: at most SPAWN_SHARE of the pool's threads at once, so one agent's
+        flood of searches, expands and call checks queues behind itself, not in front of every other
+        agent (an agent has one spawn; the gateway's own endpoint has no share)."""
+        if self._limiter is None:
+            return self.run_sync
+        threads = max(1, int(self._limiter.total_tokens * SPAWN_SHARE))
+        limiter: anyio.CapacityLimiter | None = None  # made on the event loop, at first use
+
+        async def offload(func: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
+            nonlocal limiter
+            if limiter is None:
+                limiter = anyio.CapacityLimiter(threads)
+            async with limiter:
+                return await self.run_sync(func, *args)
+
+        return offload
+
     def workers(self) -> dict[str, int]:
         """The pool's size, the threads busy now and the calls waiting for one (shown by `/health`)."""
         if self._limiter is None:
@@ -285,10 +306,14 @@ class Gateway:
         agent: str,
         recent: list[str],
         client: ClientKind | None = None,
+        offload: Offload | None = None,
     ) -> SpawnContext:
         """An endpoint's context: its view, and meta-tools whose events a spawn's history and counts hear;
-        `client`: the endpoint as a client of that kind sees it (`SpawnContext.for_client`)."""
+        `client`: the endpoint as a client of that kind sees it (`SpawnContext.for_client`); `offload`: the
+        spawn's share of the worker pool, when a variant shares it (a spawn's own otherwise)."""
         view = self._view(agent, client)
+        if offload is None:
+            offload = self.run_sync if spawn_id is None else self._spawn_share()
         listeners: list[EventListener] = []
         recorder = self.learning.listener(view)
         if recorder is not None:
@@ -306,13 +331,13 @@ class Gateway:
             listeners=listeners,
             telemetry=self.telemetry,
             counter=self.planner.counter(view.search_settings.tokenizer),
-            offload=self.run_sync,
+            offload=offload,
             search_offered=view.search_mode,
             names=view.qualified,
             schema_limits=self.manager.schema_limits,
             held=view.held,
         )
-        context = SpawnContext(spawn_id, expires, task, task_id, view, meta, recent)
+        context = SpawnContext(spawn_id, expires, task, task_id, view, meta, recent, offload=offload)
         if spawn_id is not None:
             context.session = SessionRecorder()
         context.make_variant = self._variant
@@ -325,7 +350,9 @@ class Gateway:
 
     def _variant(self, base: SpawnContext, client: ClientKind) -> SpawnContext:
         """`base` for a client of another kind: its own view and meta-tools, the spawn's session and counts."""
-        variant = self._context(base.id, base.expires, base.task, base.task_id, base.view.agent, base.recent, client)
+        variant = self._context(
+            base.id, base.expires, base.task, base.task_id, base.view.agent, base.recent, client, base.offload
+        )
         variant.session = base.session
         variant.make_variant = None
         return variant

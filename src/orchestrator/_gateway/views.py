@@ -25,7 +25,7 @@ from .._clients import ClientKind, name_budget, session_rules
 from .._config import Settings
 from .._errors import ConfigError
 from .._formats import ClientNames
-from .._meta_tools import MetaTools, ToolRouter
+from .._meta_tools import MetaTools, Offload, ToolRouter
 from .._planning import ProfileFilter, SpawnPlan, SpawnPlanner, effective_tool_search, matches_any
 from .._telemetry import Telemetry
 from ..protocols.mcp._catalog import ToolCatalog
@@ -206,6 +206,8 @@ class SpawnContext:
     make_variant: Callable[[SpawnContext, ClientKind], SpawnContext] | None = None
     active: SpawnContext | None = None
     """The variant that served the latest request (its plan is the one the agent used)."""
+    offload: Offload | None = None
+    """Where its work runs: the spawn's share of the gateway's worker pool (`Gateway._spawn_share`)."""
 
     def for_client(self, kind: ClientKind | None) -> SpawnContext:
         """This endpoint for a client of `kind` (from its MCP handshake): itself when that client's names and
