@@ -11,6 +11,7 @@ import contextlib
 import json
 import sys
 import threading
+import tracemalloc
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -200,6 +201,19 @@ def test_a_cancelled_call_still_ends_its_round_and_runaway_sessions_keep_countin
     batches = recorder.batches()
     assert len(batches) == MAX_RECORDED_ACTIONS + 3
     assert sum(len(batch) for batch in batches) == MAX_RECORDED_ACTIONS and recorder.dropped == 2
+    # Rounds past the cap cost a pointer each: 200,000 more single-call rounds, well under 64 bytes each
+    # (an empty list each was 56 bytes plus the pointer).
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(200_000):
+            clock.now += 1
+            recorder.end(recorder.begin(), call("a"))
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 200_000 * 16, grown
+    assert len(recorder.batches()) == MAX_RECORDED_ACTIONS + 3 + 200_000 and recorder.dropped == 200_002
 
 
 # --------------------------------------------------------------------------- the spawn log

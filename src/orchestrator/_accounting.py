@@ -394,6 +394,10 @@ class _Recorded:
     lists: int = 0
 
 
+_DROPPED_BATCH: list[Action] = []
+"""The batch of every round begun past MAX_RECORDED_ACTIONS: nothing is ever added to it (`end` drops)."""
+
+
 class SessionRecorder:
     """Groups one spawn's requests into batches (the round estimate in the module docstring) and keeps
     what each returned. Thread-safe: the gateway ends requests from its worker threads.
@@ -418,7 +422,8 @@ class SessionRecorder:
             batches = self._recorded.batches
             idle = self._in_flight == 0 and (self._last_end is None or now - self._last_end >= self._gap_s)
             if not batches or idle:
-                batches.append([])
+                # Past the cap no action is kept: the round is one shared empty batch, a pointer, not a list.
+                batches.append([] if self._recorded.actions < MAX_RECORDED_ACTIONS else _DROPPED_BATCH)
             self._in_flight += 1
             return len(batches) - 1
 
