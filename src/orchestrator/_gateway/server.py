@@ -225,24 +225,6 @@ class Gateway:
             return func(*args)
         return await anyio.to_thread.run_sync(func, *args, limiter=self._limiter)
 
-    def _spawn_share(self) -> Offload:
-        """`run_sync` for one spawn: at most SPAWN_SHARE of the pool's threads at once, so one agent's
-        flood of searches, expands and call checks queues behind itself, not in front of every other
-        agent (an agent has one spawn; the gateway's own endpoint has no share)."""
-        if self._limiter is None:
-            return self.run_sync
-        threads = max(1, int(self._limiter.total_tokens * SPAWN_SHARE))
-        limiter: anyio.CapacityLimiter | None = None  # made on the event loop, at first use
-
-        async def offload(func: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
-            nonlocal limiter
-            if limiter is None:
-                limiter = anyio.CapacityLimiter(threads)
-            async with limiter:
-                return await self.run_sync(func, *args)
-
-        return offload
-
     def workers(self) -> dict[str, int]:
         """The pool's size, the threads busy now and the calls waiting for one (shown by `/health`)."""
         if self._limiter is None:
@@ -313,7 +295,7 @@ class Gateway:
         spawn's share of the worker pool, when a variant shares it (a spawn's own otherwise)."""
         view = self._view(agent, client)
         if offload is None:
-            offload = self.run_sync if spawn_id is None else self._spawn_share()
+            offload = _spawn_share(self.run_sync, self._limiter) if spawn_id is not None else self.run_sync
         listeners: list[EventListener] = []
         recorder = self.learning.listener(view)
         if recorder is not None:
@@ -501,3 +483,22 @@ def _history_listener(history: TaskHistory, task_id: str) -> EventListener:
             history.record(task_id, [event.tool[0]])
 
     return record
+
+
+def _spawn_share(run_sync: Offload, pool: anyio.CapacityLimiter | None) -> Offload:
+    """`run_sync` for one spawn: at most SPAWN_SHARE of the pool's threads at once, so one agent's flood of
+    searches, expands and call checks queues behind itself, not in front of every other agent (an agent
+    has one spawn; the gateway's own endpoint has no share)."""
+    if pool is None:
+        return run_sync
+    threads = max(1, int(pool.total_tokens * SPAWN_SHARE))
+    limiter: anyio.CapacityLimiter | None = None  # made on the event loop, at first use
+
+    async def offload(func: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
+        nonlocal limiter
+        if limiter is None:
+            limiter = anyio.CapacityLimiter(threads)
+        async with limiter:
+            return await run_sync(func, *args)
+
+    return offload
