@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ._errors import ConfigError, OrchestratorError
 from ._urls import redacted_url
-from .protocols.mcp._cache import atomic_write
+from .protocols.mcp._cache import atomic_create, atomic_write
 
 if TYPE_CHECKING:
     from ._blobs import BlobPacks
@@ -69,6 +69,11 @@ class Store(Protocol):
 
     def put(self, key: str, value: Any, *, ttl_s: float | None = None) -> None:
         """Store `value` under `key`, replacing what was there; gone after `ttl_s` seconds when given."""
+        ...
+
+    def put_new(self, key: str, value: Any) -> bool:
+        """Store `value` under `key` (no expiry) only if no live record is there: True when it was stored.
+        Of replicas creating one record at once, exactly one wins (the first listing's pins)."""
         ...
 
     def delete(self, key: str) -> None:
@@ -152,6 +157,16 @@ class MemoryStore:
             self._data[key] = record
             if ttl_s is not None:
                 self._sweep()
+
+    def put_new(self, key: str, value: Any) -> bool:
+        split_key(key)
+        record = (None, json.dumps(value))
+        with self._lock:
+            existing = self._data.get(key)
+            if existing is not None and (existing[0] is None or existing[0] > time.time()):
+                return False
+            self._data[key] = record
+            return True
 
     def delete(self, key: str) -> None:
         with self._lock:
@@ -276,6 +291,17 @@ class FileStore:
         if expires is not None:
             self._sweep(path.parent)
 
+    def put_new(self, key: str, value: Any) -> bool:
+        path = self._path(key)
+        payload = json.dumps({"key": key, "expires": None, "value": value}).encode("utf-8")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if atomic_create(path, payload):
+            return True
+        if self._envelope(path, time.time()) is not None:
+            return False
+        atomic_write(path, payload)  # an expired or unreadable record is as if absent
+        return True
+
     def delete(self, key: str) -> None:
         path = self._path(key)
         for each in (path, path.with_suffix(".jsonl")):
@@ -370,6 +396,16 @@ class FileStore:
         return data
 
 
+_PUT_NEW_SCRIPT = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
+  redis.call('ZADD', KEYS[2], '+inf', ARGV[2])
+  return 1
+end
+return 0
+"""
+"""`RedisStore.put_new`: the record and its index entry, only when the key is free, in one atomic step."""
+
+
 class RedisStore:
     """Records in Redis (redis-py): replicas on several machines share them.
 
@@ -418,6 +454,12 @@ class RedisStore:
         pipe.zadd(index, {name: expires if expires is not None else math.inf})
         with self._errors():
             pipe.execute()
+
+    def put_new(self, key: str, value: Any) -> bool:
+        redis_key, index, name = self._key(key)
+        with self._errors():
+            created = self._redis.eval(_PUT_NEW_SCRIPT, 2, redis_key, index, json.dumps(value), name)
+        return bool(created)
 
     def delete(self, key: str) -> None:
         redis_key, index, name = self._key(key)

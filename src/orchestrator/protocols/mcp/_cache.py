@@ -26,7 +26,15 @@ import platformdirs
 
 from ..._config import ServerConfig
 
-__all__ = ["CACHE_FORMAT", "CachedToolList", "ToolListCache", "atomic_write", "config_key", "default_cache_dir"]
+__all__ = [
+    "CACHE_FORMAT",
+    "CachedToolList",
+    "ToolListCache",
+    "atomic_create",
+    "atomic_write",
+    "config_key",
+    "default_cache_dir",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -179,3 +187,27 @@ def atomic_write(path: Path, data: bytes | str, *, durable: bool = True) -> None
         with contextlib.suppress(OSError):
             os.unlink(temp_name)
         raise
+
+
+def atomic_create(path: Path, data: bytes) -> bool:
+    """Write `data` to `path` only if no file is there, atomically (a temporary file, an fsync and a hard
+    link, which fails when the name exists): of processes creating one file at once, exactly one gets
+    True, and readers never see half of it. False when the file exists.
+
+    Raises:
+        OSError: the folder or file cannot be written.
+    """
+    fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(temp_name, path)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temp_name)

@@ -130,16 +130,18 @@ class PinBook:
     def pin(self, server: str, tools: Iterable[Mapping[str, Any]], *, by: str) -> dict[str, Any]:
         """Pin these definitions of `server` (creating its record) and return the record."""
         record = self.load(server) or {"server": server, "pinned_at": time.time(), "tools": {}}
-        now = time.time()
-        for tool in tools:
-            record["tools"][str(tool.get("name"))] = {
-                "digest": tool_digest(tool),
-                "definition": definition_of(tool),
-                "at": now,
-                "by": by,
-            }
+        record["tools"].update(_pins(tools, by))
         self.store.put(f"{NAMESPACE}/{_key(server)}", record)
         return record
+
+    def create(self, server: str, groups: Mapping[str, Iterable[Mapping[str, Any]]]) -> dict[str, Any] | None:
+        """The record of `server`'s first listing, pinning each group of definitions with its reason; None
+        when the server has a record already (another replica's first listing won: one record, not the
+        last writer's, so every replica judges later listings against the same pins)."""
+        record: dict[str, Any] = {"server": server, "pinned_at": time.time(), "tools": {}}
+        for by, tools in groups.items():
+            record["tools"].update(_pins(tools, by))
+        return record if self.store.put_new(f"{NAMESPACE}/{_key(server)}", record) else None
 
     def epoch(self) -> Any:
         return self.store.get(EPOCH_KEY)
@@ -254,12 +256,15 @@ class ToolGuard:
                 accepted.append((tool, "first listing" if first else f"on_{'flag' if flagged else 'change'}: accept"))
         if flagged_first:
             accepted.extend((tool, HELD_BY) for tool in flagged_first)
-        self._pin_accepted(server, accepted, first)
+        if not self._pin_accepted(server, accepted, first):
+            return self._decide(server, listed)
         return offered, held
 
-    def _pin_accepted(self, server: str, accepted: list[tuple[Mapping[str, Any], str]], first: bool) -> None:
+    def _pin_accepted(self, server: str, accepted: list[tuple[Mapping[str, Any], str]], first: bool) -> bool:
+        """Pin what was accepted; False when this was taken for a first listing but another replica's
+        first listing of the server was pinned meanwhile (the listing is then decided again against it)."""
         if not self._record_pins or (not accepted and not first):
-            return
+            return True
         by_reason: dict[str, list[Mapping[str, Any]]] = {}
         for tool, by in accepted:
             by_reason.setdefault(by, []).append(tool)
@@ -267,12 +272,18 @@ class ToolGuard:
                 log.warning("server %r: tool %r changed and was accepted (%s)", server, tool.get("name"), by)
                 if self._telemetry is not None:
                     self._telemetry.record_tool_change(server, "accepted")
+        if first:
+            created = self.book.create(server, by_reason)
+            if created is None:  # another replica pinned this server's first listing first: judge against it
+                self._records[server] = self.book.load(server)
+                return self._records[server] is None
+            self._records[server] = created
+            return True
         record = self._records.get(server)
-        if first and not accepted:
-            record = self.book.pin(server, [], by="first listing")
         for by, group in by_reason.items():
             record = self.book.pin(server, group, by=by)
         self._records[server] = record
+        return True
 
     def _reason(
         self,
@@ -354,6 +365,15 @@ class ToolGuard:
 
     def has_held(self) -> bool:
         return any(tool.held for tool in self.held())
+
+
+def _pins(tools: Iterable[Mapping[str, Any]], by: str) -> dict[str, dict[str, Any]]:
+    """Pins of these definitions, by tool name, with why they were pinned (`by`)."""
+    now = time.time()
+    return {
+        str(tool.get("name")): {"digest": tool_digest(tool), "definition": definition_of(tool), "at": now, "by": by}
+        for tool in tools
+    }
 
 
 def _needs_scan(tools: Sequence[Mapping[str, Any]], digests: Sequence[str], pins: Mapping[str, Any]) -> bool:
