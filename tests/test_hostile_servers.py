@@ -169,7 +169,7 @@ async def test_a_re_list_of_many_broken_tools_is_read_in_linear_time(tmp_path: P
     """Found by red-teaming: each re-list compared the dropped tools with the last listing's as a tuple, once
     per tool: 10,000 tools with a string schema (400 KB) blocked the event loop, and every other server
     with it, for 15-17 s per `list_changed` (77 s at 20,000)."""
-    async with MCPManager(settings(tmp_path, h=hostile("--broken-many", "10000"))) as manager:
+    async with MCPManager(settings(tmp_path, h=hostile("--broken-many", "10000", max_tools=20_000))) as manager:
         [first] = manager.status()
         assert len(first.dropped_tools) == 10_000
         started = time.monotonic()
@@ -179,6 +179,37 @@ async def test_a_re_list_of_many_broken_tools_is_read_in_linear_time(tmp_path: P
                 await anyio.sleep(0.05)
         took = time.monotonic() - started
     assert took < 5.0, f"re-list took {took:.1f} s"  # a bound on complexity (linear: well under 1 s here)
+
+
+@pytest.mark.anyio
+async def test_a_listing_past_max_tools_keeps_the_first_and_reads_no_further_page(tmp_path: Path) -> None:
+    """A server listing more tools than `max_tools` (250 over pages of 40, the cap 100) has its first 100
+    offered and callable, the rest dropped unread as one entry, and the server degraded saying so; the
+    pages after the cap are not requested."""
+    paged = stdio_server_config("paged.py", "--tools", "250", "--page-size", "40", max_tools=100)
+    async with MCPManager(settings(tmp_path, p=paged)) as manager:
+        status = manager.status()[0]
+        names = [tool["name"] for tool in manager.tool_lists()["p"]]
+        answered = await manager.call_tool("p", "tool_099", {"value": "kept"})
+        catalog = manager.catalog()
+    assert names == [f"tool_{index:03d}" for index in range(100)]
+    assert "p__tool_099" in catalog and "p__tool_100" not in catalog
+    assert answered.content[0].text == "tool_099: kept"
+    assert status.state is ServerState.DEGRADED
+    assert status.dropped_tools == (
+        DroppedTool("#100+", "20 tool(s) past max_tools (100) not read, and the pages after it were not read"),
+    )
+
+
+@pytest.mark.anyio
+async def test_one_huge_page_past_max_tools_is_cut_before_it_is_parsed(tmp_path: Path) -> None:
+    """30,000 tools in one page with the default cap (10,000): 10,000 kept, the rest dropped unread."""
+    async with MCPManager(settings(tmp_path, h=hostile("--many", "30000"))) as manager:
+        status = manager.status()[0]
+        kept = len(manager.tool_lists()["h"])
+    assert kept == 10_000 and status.state is ServerState.DEGRADED
+    (cut,) = [tool for tool in status.dropped_tools if tool.name == "#10000+"]
+    assert re.fullmatch(r"[\d,]+ tool\(s\) past max_tools \(10,000\) not read", cut.reason)
 
 
 @pytest.mark.anyio

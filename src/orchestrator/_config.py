@@ -184,6 +184,9 @@ class ServerConfig(_Model):
     max_message_bytes: int = Field(16 * 1024 * 1024, ge=1024)
     """stdio: longest line read from the server; a longer one is dropped (counted, and the request it
     answers fails at once) instead of being buffered."""
+    max_tools: int = Field(10_000, ge=1)
+    """Most tools read from one listing of this server, valid or not; the rest are dropped unread (counted,
+    the server shown degraded), so one server cannot take the gateway's memory and CPU."""
     replica_of: str | None = None
     """Name of another server this one is a copy of (the same service behind another address): their
     identical tools become one entry, callable on either. Without it, an identical tool on another

@@ -196,7 +196,7 @@ class Session:
         """Why `mark_lost` ended the session; None while it has not."""
         self._owner = owner
         self._transport_factory = transport_factory
-        self._filter = _ListingFilter(schema_limits)
+        self._filter = _ListingFilter(schema_limits, config.max_tools)
         self._line_faults = line_faults
         self._client: Client | None = None
         self._tasks: anyio.abc.TaskGroup | None = None
@@ -341,6 +341,8 @@ class Session:
             cursor = page.next_cursor
             if not cursor:
                 return tools, self._filter.dropped()
+            if self._filter.full:  # max_tools kept: the pages after are not even read
+                return tools, self._filter.dropped(unread=True)
             if cursor in seen:
                 raise _ListingError(f"tools/list repeated cursor {cursor!r}")
             seen.add(cursor)
@@ -565,19 +567,38 @@ class _ListingFilter:
     """Checks each tool of every `tools/list` page on its way to the SDK (`WatchedTransport` calls it with
     the raw result) and remembers the ones it drops, with their reasons, for the listing under way."""
 
-    def __init__(self, limits: SchemaLimits) -> None:
+    def __init__(self, limits: SchemaLimits, max_tools: int) -> None:
         self._limits = limits
+        self._max_tools = max_tools
         self.version: str | None = None
         """The negotiated protocol version, whose model of a tool the SDK will apply."""
         self._drops: dict[str, str] = {}
+        self._seen = self._past = 0
+        """Tools listed so far in the listing under way, and how many of them were past `max_tools`."""
 
     def start(self) -> None:
         """A new listing begins: forget the previous one's drops."""
         self._drops = {}
+        self._seen = self._past = 0
 
-    def dropped(self) -> tuple[DroppedTool, ...]:
-        """The tools dropped since `start`, in listing order."""
-        return tuple(DroppedTool(name, reason) for name, reason in self._drops.items())
+    @property
+    def full(self) -> bool:
+        """`max_tools` tools are read: any further one is dropped unread."""
+        return self._seen >= self._max_tools
+
+    def dropped(self, *, unread: bool = False) -> tuple[DroppedTool, ...]:
+        """The tools dropped since `start`, in listing order; the tools past `max_tools` as one entry named
+        by the position of the first (`#10000+`). `unread`: pages after the last one read were left."""
+        drops = [DroppedTool(name, reason) for name, reason in self._drops.items()]
+        if self._past or unread:
+            more = ", and the pages after it were not read" if unread else ""
+            drops.append(
+                DroppedTool(
+                    f"#{self._max_tools}+",
+                    f"{self._past:,} tool(s) past max_tools ({self._max_tools:,}) not read{more}",
+                )
+            )
+        return tuple(drops)
 
     def __call__(self, result: dict[str, Any]) -> dict[str, Any]:
         """One `tools/list` page as the server sent it -> the page with only usable tools.
@@ -591,6 +612,11 @@ class _ListingFilter:
         version = self.version
         rest = {key: value for key, value in result.items() if key != "tools"}
         kept: list[Any] = []
+        room = max(0, self._max_tools - self._seen)
+        self._seen += len(tools)
+        if len(tools) > room:  # the rest is neither checked nor parsed by the SDK
+            self._past += len(tools) - room
+            tools = tools[:room]
         for index, tool in enumerate(tools):
             tool = _with_object_type(tool)
             reason = tool_problem(tool, self._limits) or _wire_problem(tool, rest, version)

@@ -58,7 +58,8 @@ class DroppedTool:
     """A tool a server listed that could not be offered."""
 
     name: str
-    """The tool's name, or `#<position>` in the listing when it has no usable name."""
+    """The tool's name, `#<position>` in the listing when it has no usable name, or `#<max_tools>+` for
+    every tool past the server's `max_tools` (one entry)."""
     reason: str
     """One line: what is wrong with it (`inputSchema is a string, not an object`...)."""
 
