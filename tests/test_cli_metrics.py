@@ -170,7 +170,7 @@ def test_metrics_reports_an_http_error_status_in_one_line(not_found_url: str) ->
 )
 def test_metrics_refuses_a_malformed_url_in_one_line(url: str, detail: str) -> None:
     result = runner.invoke(app, ["metrics", "--url", url])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # bad input, as README's exit codes say
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: bad metrics URL {url!r}:"), result.output
     assert detail in lines[0]

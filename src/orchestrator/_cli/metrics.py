@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .._errors import OrchestratorError
+from .._errors import ConfigError, OrchestratorError
 from ._common import console, loaded_config, print_json, print_table
 
 __all__ = [
@@ -253,23 +253,23 @@ async def scrape(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> str:
     """GET the exposition text at `url` (redirects followed, as a browser would).
 
     Raises:
-        OrchestratorError: a malformed URL, nothing listens there, it times out, or it answers with an
-            HTTP error.
+        ConfigError: a malformed URL (bad input: exit 2).
+        OrchestratorError: nothing listens there, it times out, or it answers with an HTTP error.
     """
     import httpx2  # the mcp SDK's HTTP client, the project's one; imported by the commands that use it
 
     try:
         port = httpx2.URL(url).port
     except httpx2.InvalidURL as exc:
-        raise OrchestratorError(f"bad metrics URL {url!r}: {exc}") from None
+        raise ConfigError(f"bad metrics URL {url!r}: {exc}") from None
     if port is not None and not 0 < port <= _MAX_PORT:
-        raise OrchestratorError(f"bad metrics URL {url!r}: port {port} is not between 1 and {_MAX_PORT}")
+        raise ConfigError(f"bad metrics URL {url!r}: port {port} is not between 1 and {_MAX_PORT}")
     # trust_env off: the endpoint is local, and a proxy from the environment would answer for it.
     try:
         async with httpx2.AsyncClient(trust_env=False, timeout=timeout_s, follow_redirects=True) as client:
             response = await client.get(url)
     except httpx2.UnsupportedProtocol as exc:
-        raise OrchestratorError(f"bad metrics URL {url!r}: {exc}") from None
+        raise ConfigError(f"bad metrics URL {url!r}: {exc}") from None
     except httpx2.TimeoutException:
         raise OrchestratorError(f"metrics endpoint {url} did not answer within {timeout_s:g} s") from None
     except httpx2.ConnectError as exc:
