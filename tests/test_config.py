@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from orchestrator import ConfigError, Settings, TaskHistory, load_config, load_settings
 from orchestrator._cli import app
-from orchestrator._config import effective_values
+from orchestrator._config import effective_values, expand_vars
 
 from .conftest import REPO_ROOT
 
@@ -304,6 +304,8 @@ def test_a_default_may_reference_another_variable_expanded_only_when_used(
     )
     env = load_settings(path).mcp.servers["time"].env
     assert env == {"A": "from-gh", "B": "xyz/w", "C": "from-gh"}
+    # What is not a reference stays as written; an unclosed `${` does not swallow the references after it.
+    assert expand_vars("$GH_TOKEN ${NOT_SET:-{x}} ${OPEN:-a ${GH_TOKEN}") == "$GH_TOKEN {x} ${OPEN:-a from-gh"
     missing = write(tmp_path, SERVER + "      env: {A: '${TOKEN:-${SURELY_NOT_SET_ANYWHERE}}'}\n", "missing.yaml")
     with pytest.raises(ConfigError, match="SURELY_NOT_SET_ANYWHERE is not set"):
         load_config(missing)
