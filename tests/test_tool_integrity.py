@@ -422,3 +422,19 @@ def test_audit_of_a_snapshot_lists_flagged_tools_without_pinning_them(tmp_path: 
     assert (row["name"], row["kind"], row["held"]) == ("evil__forecast", "flagged", True)
     assert {finding["kind"] for finding in row["findings"]} >= {"instruction-block", "secret-access"}
     assert not (tmp_path / "cache" / "pins").exists()
+
+
+@pytest.mark.parametrize("at", [1e300, float("nan"), 10**400, -1e300])
+def test_a_pin_record_with_an_impossible_time_still_judges_the_listing(at: Any) -> None:
+    """Found by red-teaming: a pin record in the shared store with `pinned_at` 1e300 (or NaN) made the
+    reason of a held tool, and so the listing of its server and `tools audit`, fail with OverflowError."""
+    store = MemoryStore()
+    pin = {"digest": tool_digest(WEATHER), "definition": dict(WEATHER), "at": at, "by": "first listing"}
+    store.put("pins/w", {"server": "w", "pinned_at": at, "tools": {"weather": pin}})
+    checked = guard(store)
+    assert checked.offered("w", [{**WEATHER, "description": "Changed."}, REPORT]) == []
+    reasons = {tool.tool: tool.reason for tool in checked.held("w")}
+    assert reasons == {
+        "weather": "its description changed since it was pinned earlier",
+        "send_report": "new since its server was pinned earlier",
+    }

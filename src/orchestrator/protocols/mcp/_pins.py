@@ -405,6 +405,11 @@ def _key(server: str) -> str:
 
 
 def _when(at: Any) -> str:
-    if not isinstance(at, int | float):
+    """When a pin was made, for a held tool's reason; "earlier" for a time the record should not hold (the
+    store is shared: NaN, 1e300 or a huge integer must not fail the listing that reads it)."""
+    if isinstance(at, bool) or not isinstance(at, int | float):
         return "earlier"
-    return time.strftime("on %Y-%m-%d at %H:%M UTC", time.gmtime(at))
+    try:
+        return time.strftime("on %Y-%m-%d at %H:%M UTC", time.gmtime(at))
+    except (OverflowError, ValueError, OSError):
+        return "earlier"
