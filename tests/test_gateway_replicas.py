@@ -14,6 +14,7 @@ import importlib.util
 import itertools
 import json
 import logging
+import os
 import re
 import shutil
 import socket
@@ -357,6 +358,61 @@ def test_two_replicas_racing_on_a_first_listing_keep_one_pin_record_and_judge_ag
     assert held.kind == "changed" and held.held and "description changed" in held.reason
     pins = first.pinned("w")
     assert pins is not None and pins["tools"]["weather"]["digest"] == tool_digest(calm)
+
+
+@pytest.fixture(params=["files", "redis"])
+def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """The stores other processes write to as well."""
+    if request.param == "files":
+        yield FileStore(tmp_path / "store")
+    else:
+        redis_store = RedisStore(request.getfixturevalue("redis_url"), prefix=f"test-{tmp_path.name}:")
+        yield redis_store
+        redis_store.close()
+
+
+def test_records_another_process_damaged_are_absent_and_never_hide_the_good_ones(shared_store: Store) -> None:
+    """Found by red-teaming: one record nested 100,000 deep, or not JSON, or (Redis) not UTF-8, made every
+    reader of its namespace fail with a traceback (`traces stats`, `tune`), hiding the good records."""
+    store = shared_store
+    store.put("traces/good", {"v": 1})
+    store.append("stats/list", {"calls": 1}, ttl_s=60)
+    deep = b"[" * 100_000 + b"]" * 100_000
+    if isinstance(store, FileStore):
+        folder = store.root / "traces"
+        (folder / "deep.json").write_bytes(b'{"key": "traces/deep", "expires": null, "value": ' + deep + b"}")
+        (folder / "cut.json").write_bytes(b'{"key": "traces/cut", "val')
+        (folder / "latin.json").write_bytes(b'{"key": "traces/latin", "expires": null, "value": "\xff"}')
+        with (store.root / "stats" / "list.jsonl").open("ab") as lines:
+            lines.write(b'{"expires": null, "item": ' + deep + b"}\n" + b'{"item": "\xff"}\n')
+    elif isinstance(store, RedisStore):
+        client = store._redis
+        for name, raw in (("deep", deep), ("cut", b'{"va'), ("latin", b"\xff\xfe")):
+            client.set(f"{store.prefix}traces:{name}", raw)
+            client.zadd(f"{store.prefix}index:traces", {name: "+inf"})
+        client.zadd(f"{store.prefix}index:traces", {b"\xff-name": "+inf"})
+        client.rpush(f"{store.prefix}stats:list", deep, b"\xff")
+    assert store.scan("traces") == {"good": {"v": 1}}
+    assert store.get("traces/deep") is None and store.get("traces/cut") is None
+    assert store.items("stats/list") == [{"calls": 1}]
+
+
+def test_a_file_store_reads_no_fifo_device_or_record_filed_under_another_key(tmp_path: Path) -> None:
+    """Found by red-teaming: a FIFO named like a record blocked every reader of its namespace forever, a
+    link to /dev/zero filled memory, and a file whose inner key named another record stood in for it: the
+    real record vanished from scans and was deleted in its place."""
+    store = FileStore(tmp_path)
+    store.put("traces/real", {"v": "real"})
+    folder = tmp_path / "traces"
+    os.mkfifo(folder / "fifo.json")
+    (folder / "zero.json").symlink_to("/dev/zero")
+    (folder / "zzzz.json").write_text(json.dumps({"key": "traces/real", "expires": None, "value": {"v": "fake"}}))
+    started = time.monotonic()
+    assert store.scan("traces") == {"real": {"v": "real"}}
+    assert store.get("traces/fifo") is None and store.get("traces/zero") is None
+    assert time.monotonic() - started < EXPIRY_SEEN_S
+    os.mkfifo(folder / "list.jsonl")
+    assert store.items("traces/list") == []
 
 
 def test_task_history_sits_on_the_store_and_a_folder_still_works(tmp_path: Path) -> None:

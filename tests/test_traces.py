@@ -4,6 +4,7 @@ forgetting, and the JSON lines format."""
 from __future__ import annotations
 
 import json
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -106,7 +107,7 @@ def test_a_spawn_sending_new_long_queries_does_not_grow_the_recorders_memory() -
 
 def test_request_text_is_redacted_before_it_is_stored(tmp_path: Path) -> None:
     store = TraceStore(FileStore(tmp_path))
-    store.record([Trace("log in as bob, password: hunter2", "auth", "login", "s1", 1_800_000_000.0)])
+    store.record([Trace("log in as bob, password: hunter2", "auth", "login", "s1", time.time())])
     files = list((tmp_path / "traces").iterdir())
     assert len(files) == 1 and "hunter2" not in files[0].read_text()
     assert [t.query for t in TraceStore(FileStore(tmp_path)).load()] == ["log in as bob, password: ***"]
@@ -165,7 +166,7 @@ def test_a_damaged_record_counts_as_absent() -> None:
 
 def test_the_jsonl_format_round_trips() -> None:
     line = '{"query": "q", "server": "s", "tool": "t", "spawn": "p", "ok": true, "at": "2026-12-01T10:00:00Z"}'
-    trace = parse_trace(json.loads(line), now=0.0)
+    trace = parse_trace(json.loads(line), now=1_800_000_000.0)
     assert trace == Trace("q", "s", "t", "p", 1_796_119_200.0)
     assert trace.to_json() == json.loads(line)
     assert parse_trace({"query": "q", "server": "s", "tool": "t", "spawn": "p"}, now=5.0).at == 5.0
@@ -202,3 +203,32 @@ def test_task_memory_keeps_task_text_redacted() -> None:
     store = MemoryStore()
     TaskMemory(store).learn("t1", "log in with password: hunter2 and deploy", "s1", ["ci__deploy"])
     assert "hunter2" not in json.dumps(store.get("taskmemory/index"))
+
+
+@pytest.mark.parametrize(
+    ("at", "problem"),
+    [
+        ("2999-01-01T00:00:00Z", "is before 1970 or in the future"),
+        (1e999, "is not a Unix time between 1970 and now"),
+        (10**400, "is not a Unix time between 1970 and now"),
+        (float("nan"), "is not a Unix time between 1970 and now"),
+    ],
+)
+def test_an_import_line_from_the_future_or_past_a_floats_range_is_refused(at: object, problem: str) -> None:
+    """Found by red-teaming: a trace dated 2999 outlived every real one (retention keeps the newest) and
+    `1e999` or a 400-digit integer ended the import in a traceback."""
+    with pytest.raises(ValueError, match=problem):
+        parse_trace({"query": "q", "server": "s", "tool": "t", "spawn": "p", "at": at}, now=1_800_000_000.0)
+
+
+def test_records_with_times_no_trace_can_have_are_skipped_not_fatal(tmp_path: Path) -> None:
+    """Found by red-teaming: one record another process wrote with `at` = 10**400 or 1e300 made `traces
+    stats`, `export` and `clear` fail with a traceback, hiding every good record."""
+    clock = Clock()
+    store = TraceStore(FileStore(tmp_path), clock=clock)
+    store.record([Trace("what time is it", "time", "now", "s1", clock.now - 5, rank=1)])
+    for name, at in (("huge", 10**400), ("far", 1e300), ("nan", float("nan"))):
+        record = {"server": "s", "tool": name, "traces": [{"query": "q", "spawn": "x", "at": at}]}
+        store.store.put(f"traces/{name}", record)
+    assert [trace.tool for trace in store.load()] == ["now"]
+    assert store.stats().traces == 1 and [line["tool"] for line in map(Trace.to_json, store.load())] == ["now"]

@@ -23,11 +23,12 @@ import itertools
 import json
 import math
 import os
+import stat
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from ._errors import ConfigError, OrchestratorError
 from ._urls import redacted_url
@@ -318,10 +319,13 @@ class FileStore:
             return found
         for path in paths:
             envelope = self._envelope(path, now)
-            if envelope is not None:
-                key = envelope.get("key")
-                name = key.partition("/")[2] if isinstance(key, str) else path.stem
-                found[name] = envelope.get("value")
+            if envelope is None:
+                continue
+            key = envelope.get("key")
+            if not isinstance(key, str):
+                found[path.stem] = envelope.get("value")  # written before records carried their key
+            elif _owns(self, key, path):
+                found[key.partition("/")[2]] = envelope.get("value")
         return found
 
     def append(self, key: str, item: Any, *, ttl_s: float) -> None:
@@ -337,17 +341,13 @@ class FileStore:
 
     def items(self, key: str) -> list[Any]:
         path = self._path(key).with_suffix(".jsonl")
-        try:
-            lines = path.read_bytes().splitlines()
-        except FileNotFoundError:
+        data = _record_bytes(path)
+        if data is None:
             return []
         now = time.time()
         found: list[Any] = []
-        for line in lines:
-            try:
-                entry = json.loads(line)
-            except ValueError:  # a line cut short by a crash: skipped
-                continue
+        for line in data.splitlines():
+            entry = _decoded(line)  # a line cut short by a crash, or damaged: skipped
             if not isinstance(entry, dict) or "item" not in entry:
                 continue
             expires = entry.get("expires")
@@ -382,10 +382,7 @@ class FileStore:
 
     def _envelope(self, path: Path, now: float) -> dict[str, Any] | None:
         """The record's envelope; None (and the file removed) once it has expired; None when unreadable."""
-        try:
-            data = json.loads(path.read_bytes())
-        except (OSError, ValueError):  # not there, or damaged: as if absent (a later put replaces it)
-            return None
+        data = _decoded(_record_bytes(path))  # not there, or damaged: as if absent (a later put replaces it)
         if not isinstance(data, dict) or "value" not in data:
             return None
         expires = data.get("expires")
@@ -444,7 +441,7 @@ class RedisStore:
         redis_key, _, _ = self._key(key)
         with self._errors():
             raw = self._redis.get(redis_key)
-        return None if raw is None else json.loads(raw)
+        return None if raw is None else _decoded(raw)
 
     def put(self, key: str, value: Any, *, ttl_s: float | None = None) -> None:
         redis_key, index, name = self._key(key)
@@ -483,18 +480,19 @@ class RedisStore:
         redis_key, _, _ = self._key(key)
         with self._errors():
             raw = self._redis.lrange(redis_key, 0, -1)
-        return [json.loads(each) for each in raw]
+        return [item for item in map(_decoded, raw) if item is not None]  # a damaged item is skipped
 
     def scan(self, namespace: str) -> dict[str, Any]:
         index = f"{self.prefix}index:{namespace}"
         with self._errors():
             self._redis.zremrangebyscore(index, "-inf", time.time())
             members = self._redis.zrange(index, 0, -1)
-            names = [name.decode("utf-8") if isinstance(name, bytes) else str(name) for name in members]
+            names = [name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name) for name in members]
             if not names:
                 return {}
             values = self._redis.mget([f"{self.prefix}{namespace}:{name}" for name in names])
-        return {name: json.loads(raw) for name, raw in zip(names, values, strict=True) if raw is not None}
+        found = {name: _decoded(raw) for name, raw in zip(names, values, strict=True) if raw is not None}
+        return {name: value for name, value in found.items() if value is not None}  # damaged ones skipped
 
     def get_blobs(self, namespace: str, names: Sequence[bytes]) -> list[bytes | None]:
         table = f"{self.prefix}blobs:{namespace}"
@@ -543,17 +541,58 @@ def open_store(settings: Settings) -> Store:
     return RedisStore(url, prefix=settings.store.prefix)
 
 
+def _record_bytes(path: Path) -> bytes | None:
+    """The bytes of a record file; None when there is none, or it is not a regular file (a FIFO would block
+    the reader, a link to /dev/zero fill its memory)."""
+    with _opened(path) as file:
+        try:
+            return file.read() if file is not None else None
+        except OSError:
+            return None
+
+
+@contextlib.contextmanager
+def _opened(path: Path) -> Iterator[BinaryIO | None]:
+    """`path` open for reading when it is a regular file, not a link, else None; opening never blocks on a
+    FIFO. (A record is not refused for its size: a pin record too big to read would trust a rug pull.)"""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        yield None
+        return
+    with os.fdopen(fd, "rb") as file:
+        status = os.fstat(fd)
+        yield file if stat.S_ISREG(status.st_mode) else None
+
+
+def _decoded(raw: bytes | str | None) -> Any | None:
+    """A stored JSON value, or None when it does not decode: cut short, not UTF-8, nested past the
+    decoder's depth, or a number past a float's range. Another process may have written it."""
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _owns(store: FileStore, key: str, path: Path) -> bool:
+    """Whether `key` is the record at `path`: a file elsewhere naming it must not stand for it (or have
+    the real record deleted in its place)."""
+    try:
+        return store._path(key) == path
+    except ValueError:  # not a `namespace/name` key
+        return False
+
+
 def _safe(part: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in part)[:NAME_CHARS] or "_"
 
 
 def _first_line_expired(path: Path, now: float) -> bool:
     """Whether a list file's first item (which its whole list expires with) has expired."""
-    try:
-        with path.open("rb") as file:
-            entry = json.loads(file.readline())
-    except (OSError, ValueError):
-        return False
+    with _opened(path) as file:
+        entry = _decoded(file.readline()) if file is not None else None
     expires = entry.get("expires") if isinstance(entry, dict) else None
     return isinstance(expires, int | float) and expires <= now
 

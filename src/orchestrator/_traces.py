@@ -120,14 +120,37 @@ def _time(value: Any, now: float) -> float:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise ValueError("'at' must be an ISO 8601 time such as 2026-12-01T10:00:00Z")
     if isinstance(value, int | float):
-        return float(value)
+        at = _valid_time(value, now)
+        if at is None:
+            raise ValueError(f"'at' {str(value)[:40]} is not a Unix time between 1970 and now")
+        return at
     try:
         parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise ValueError(f"'at' {value[:40]!r} is not an ISO 8601 time such as 2026-12-01T10:00:00Z") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=datetime.UTC)
-    return parsed.timestamp()
+    at = _valid_time(parsed.timestamp(), now)
+    if at is None:  # a trace from the future would outlive every real one (retention keeps the newest)
+        raise ValueError(f"'at' {value[:40]!r} is before 1970 or in the future")
+    return at
+
+
+CLOCK_SKEW_S = 86_400.0
+"""How far in the future a trace's time may be (another replica's or machine's clock): later ones are refused,
+as they would outlive every real trace (retention keeps the newest)."""
+
+
+def _valid_time(value: Any, now: float) -> float | None:
+    """`value` as a Unix time if it is one a trace can have (a finite number from 1970 to `now` plus
+    CLOCK_SKEW_S), else None: records and import lines come from other processes and machines."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        at = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        return None
+    return at if 0 <= at <= now + CLOCK_SKEW_S else None  # NaN fails both comparisons
 
 
 @dataclass(frozen=True)
@@ -283,12 +306,14 @@ class TraceStore:
         for entry in entries:
             if not isinstance(entry, dict):
                 continue
-            query, spawn, at, rank = entry.get("query"), entry.get("spawn"), entry.get("at"), entry.get("rank")
-            if not isinstance(query, str) or not isinstance(spawn, str) or not isinstance(at, int | float):
+            query, spawn, rank = entry.get("query"), entry.get("spawn"), entry.get("rank")
+            at = _valid_time(entry.get("at"), now)
+            if not isinstance(query, str) or not isinstance(spawn, str) or at is None:
                 continue
             if now - at >= self.retention_s:
                 continue
-            found.append(Trace(query, server, tool, spawn, float(at), True, rank if isinstance(rank, int) else None))
+            rank = rank if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 1 else None
+            found.append(Trace(query, server, tool, spawn, at, True, rank))
         found.sort(key=lambda trace: trace.at)
         return found
 
