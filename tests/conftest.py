@@ -11,8 +11,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -259,3 +261,48 @@ def basic_sse_url() -> Iterator[str]:
     """tests/servers/basic.py over SSE for the whole session: `http://127.0.0.1:<port>/sse`."""
     with running_http_server("basic.py", "--name", "basic-sse", transport="sse") as url:
         yield url
+
+
+class _ScriptedPeer(BaseHTTPRequestHandler):
+    """Answers every GET with the server's `answer` bytes (status 200), `trickle_s` apart a byte at a time
+    when that is set: a hostile local HTTP peer for the commands that read one (`metrics`, `tune`)."""
+
+    server: _ScriptedServer
+
+    def do_GET(self) -> None:
+        body = self.server.answer
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up: as it should
+            if not self.server.trickle_s:
+                self.wfile.write(body)
+                return
+            for index in range(len(body)):
+                self.wfile.write(body[index : index + 1])
+                self.wfile.flush()
+                time.sleep(self.server.trickle_s)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class _ScriptedServer(ThreadingHTTPServer):
+    daemon_threads = True
+    answer = b""
+    trickle_s = 0.0
+
+
+@pytest.fixture
+def scripted_peer() -> Iterator[_ScriptedServer]:
+    """A real HTTP server on 127.0.0.1 answering what the test sets (`peer.answer`, `peer.trickle_s`);
+    its URL is `http://127.0.0.1:<peer.server_port>/`."""
+    server = _ScriptedServer(("127.0.0.1", 0), _ScriptedPeer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

@@ -6,9 +6,11 @@ import json
 import re
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -214,3 +216,30 @@ def test_summarize_counts_absent_series_as_zero() -> None:
 )
 def test_default_url_reaches_a_wildcard_bind_on_loopback(host: str, url: str) -> None:
     assert default_url(host, 9464) == url
+
+
+def test_a_hostile_metrics_page_is_read_safely(scripted_peer: Any) -> None:
+    """Found by red-teaming: a page with `+Inf` ended `metrics` in a traceback, labels with terminal
+    escapes reached the terminal raw, and one 1.6 MB line of escaped quotes took the library's parser 25 s."""
+    url = f"http://127.0.0.1:{scripted_peer.server_port}/metrics"
+    scripted_peer.answer = (
+        'mcp_tool_search_invocations_total{outcome="hit",ranking="lexical"} +Inf\n'
+        'mcp_tool_search_invocations_total{outcome="miss",ranking="lexical"} 2\n'
+        'mcp_tool_calls_total{server="evil\x1b[2J\u202e",result="ok"} 3\n'
+    ).encode()
+    result = runner.invoke(app, ["metrics", "--url", url])
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    assert "\x1b" not in result.output and "\u202e" not in result.output and "evil\\u001b[2J\\u202e" in result.output
+    scripted_peer.answer = b'mcp_tool_calls_total{server="' + b'\\"' * 800_000 + b'",result="ok"} 1\n'
+    started = time.monotonic()
+    result = runner.invoke(app, ["metrics", "--url", url])
+    assert result.exit_code == 1 and "a line of 1,600," in result.output and time.monotonic() - started < 10
+
+
+def test_a_trickling_metrics_endpoint_is_given_up_on_as_a_whole(scripted_peer: Any) -> None:
+    """Found by red-teaming: the timeout applied to each read, so a byte every 2 s held `metrics` forever."""
+    scripted_peer.answer, scripted_peer.trickle_s = b"x" * 100, 0.2
+    started = time.monotonic()
+    with pytest.raises(OrchestratorError, match="did not answer within 1 s"):
+        anyio.run(scrape, f"http://127.0.0.1:{scripted_peer.server_port}/metrics", 1.0)
+    assert time.monotonic() - started < 5

@@ -295,3 +295,64 @@ def test_sweep_thresholds_must_be_whole_numbers(tmp_path: Path) -> None:
         write_config(tmp_path), "tools", "plan", "--catalog", str(snapshot), "--sweep", "--thresholds", "100,ten"
     )
     assert code == 2 and "'ten' is not a whole number of tokens >= 0" in err
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"batches": [[1]]},  # an action that is not an object
+        {"threshold_tokens": 1e999},  # JSON's 1e999 is infinity
+        {"batches": [[{"kind": "search", "result_tokens": 10**400, "hits": 3}]]},
+        {"basis": {"mode": "search", "full_tokens": 10**400, "search_tokens": 1, "pinned": []}},
+        "deep",
+        "latin-1",
+    ],
+)
+def test_one_bad_spawn_log_line_is_skipped_and_counted_not_fatal(
+    recorded: tuple[Path, Path, list[SpawnRecord]], bad: Any
+) -> None:
+    """Found by red-teaming: each of these lines, written by another process, ended `tune` in a traceback
+    (or, for one byte of bad UTF-8, refused the whole log), losing every good session."""
+    config, snapshot, records = recorded
+    log = config.parent / "spawns.jsonl"
+    if bad == "deep":
+        line = b'{"v": 1, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    elif bad == "latin-1":
+        line = b'{"junk": "\xff"}'
+    else:
+        line = json.dumps({**records[0].to_json(), **bad}).encode()
+    with log.open("ab") as file:
+        file.write(line + b"\n")
+    code, out, err = run(config, "tune", "--catalog", str(snapshot))
+    assert code == 0 and "Traceback" not in err, err
+    assert f"({len(records)} finished sessions); 1 unreadable line skipped" in out
+
+
+@pytest.mark.parametrize(
+    ("answer", "problem"),
+    [
+        (b"[1, 2]", "not a Prometheus API answer"),
+        (b'{"status": "success", "data": {}}', "the answer has no data.result list"),
+        (b'{"status": "success", "data": {"result": [{"metric": {}, "value": [0, "NaN"]}]}}', "is not finite"),
+        (b'{"status": "success", "data": {"result": [{"metric": {}, "value": [0, "abc"]}]}}', "is not a number"),
+    ],
+)
+def test_tune_from_a_peer_that_is_not_prometheus_fails_in_one_line(
+    tmp_path: Path, scripted_peer: Any, answer: bytes, problem: str
+) -> None:
+    """Found by red-teaming: answers of another shape, or NaN and infinite values, ended `tune` in a
+    traceback."""
+    scripted_peer.answer = answer
+    code, _, err = run(write_config(tmp_path), "tune", "--prometheus", f"http://127.0.0.1:{scripted_peer.server_port}")
+    assert code == 1 and err.count("\n") == 1 and problem in err and "Traceback" not in err, err
+
+
+def test_names_from_a_spawn_log_cannot_drive_the_terminal(recorded: tuple[Path, Path, list[SpawnRecord]]) -> None:
+    config, snapshot, records = recorded
+    hostile = "steady\x1b[2J\x1b]0;owned\x07\u202e"
+    with (config.parent / "spawns.jsonl").open("a", encoding="utf-8") as file:
+        for item in records[:6]:
+            file.write(json.dumps({**item.to_json(), "agent": hostile}) + "\n")
+    code, out, _ = run(config, "tune", "--catalog", str(snapshot))
+    assert code == 0 and "\x1b" not in out and "\u202e" not in out and "\x07" not in out
+    assert "steady\\u001b[2J\\u001b]0;owned\\u0007\\u202e" in out

@@ -118,6 +118,8 @@ class Action:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Action:
         """Raises: ValueError naming the field that is wrong."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"action: expected an object, got {type(data).__name__}")
         kind = data.get("kind")
         if kind not in ACTION_KINDS:
             raise ValueError(f"action kind {kind!r}: expected one of {', '.join(ACTION_KINDS)}")
@@ -459,7 +461,13 @@ class SessionRecorder:
             return tuple(tuple(batch) for batch in self._recorded.batches)
 
 
+MAX_COUNT = 10**15
+"""Largest count or token figure read back from a spawn log (another process wrote it): sums of larger ones
+overflow a float."""
+
+
 def _count(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{what}: expected a whole number >= 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        shown = repr(value) if not isinstance(value, int) or abs(value) < 10**20 else "a huge number"
+        raise ValueError(f"{what}: expected a whole number from 0 to {MAX_COUNT:.0e}, got {shown}")
     return value

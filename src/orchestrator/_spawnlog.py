@@ -86,9 +86,10 @@ class FileSpawnLogStore:
             os.close(fd)
 
     def read_lines(self) -> Iterator[str]:
-        with self.path.open(encoding="utf-8") as file:
+        # Line by line, each decoded alone: one line of bad UTF-8 is one bad line, not an unreadable log.
+        with self.path.open("rb") as file:
             for line in file:
-                yield line.rstrip("\n")
+                yield line.rstrip(b"\n").decode("utf-8", "replace")
 
 
 class StoreSpawnLogStore:
@@ -305,7 +306,7 @@ def read_spawn_log(path: Path | str, store: SpawnLogStore | None = None) -> Spaw
                         f"layout v{data['v']} is newer than this orchestrator reads (v{SPAWN_LOG_VERSION})"
                     )
                 records.append(SpawnRecord.from_json(data))
-            except (ValueError, TypeError) as exc:
+            except (ValueError, TypeError, OverflowError, RecursionError) as exc:  # another process's line
                 skipped += 1
                 if first is None:
                     first = f"{path}:{number}: {' '.join(str(exc).split())[:200]}"

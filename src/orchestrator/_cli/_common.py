@@ -34,7 +34,9 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "MAX_ANSWER_BYTES",
     "CLIState",
+    "bounded_get",
     "console",
     "echo",
     "err_console",
@@ -42,6 +44,7 @@ __all__ = [
     "print_json",
     "print_table",
     "progress",
+    "shown",
 ]
 
 EXIT_OK = 0
@@ -62,6 +65,10 @@ class _LazyConsole:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._built(), name)
 
+    def print(self, *objects: Any, **options: Any) -> None:
+        """`Console.print`, text passed through `shown` (it may quote servers' and agents' text)."""
+        self._built().print(*(shown(item) if isinstance(item, str) else item for item in objects), **options)
+
     def _built(self) -> Console:
         if self._console is None:
             from rich.console import Console
@@ -80,7 +87,47 @@ err_console = cast("Console", _LazyConsole(stderr=True))
 
 def echo(message: str = "", *, err: bool = False) -> None:
     """One plain line for people (no markup, no rich): what commands that print a line or two use."""
-    typer.echo(message, err=err)
+    typer.echo(shown(message), err=err)
+
+
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+"""Largest HTTP answer a command reads (a metrics page, a Prometheus query result): a bigger one fails."""
+
+
+async def bounded_get(url: str, *, timeout_s: float, params: dict[str, str] | None = None) -> tuple[int, str, bytes]:
+    """GET `url` (no proxy from the environment: the endpoints are local), as (status, reason, body):
+    `timeout_s` bounds the whole answer, not each read, and the body MAX_ANSWER_BYTES, so a peer that
+    trickles or floods cannot hold or fill the command.
+
+    Raises:
+        TimeoutError: no whole answer within `timeout_s`.
+        ValueError: the answer is longer than MAX_ANSWER_BYTES.
+        httpx2.HTTPError: the request failed.
+    """
+    import anyio
+    import httpx2  # the mcp SDK's HTTP client, the project's one; imported by the commands that use it
+
+    with anyio.fail_after(timeout_s):
+        async with (
+            httpx2.AsyncClient(trust_env=False, timeout=timeout_s, follow_redirects=True) as client,
+            client.stream("GET", url, params=params) as response,
+        ):
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > MAX_ANSWER_BYTES:
+                    raise ValueError(f"answer longer than {MAX_ANSWER_BYTES:,} bytes")
+                chunks.append(chunk)
+            return response.status_code, response.reason_phrase, b"".join(chunks)
+
+
+def shown(text: str) -> str:
+    """`text` as a terminal may show it: control characters (ESC, C1) and characters no one sees (bidi
+    overrides, zero-width, line separators) escaped as `\\x1b`, `\\u202e`; line breaks and tabs kept. Output
+    for people quotes tool names, agents' requests and records other processes wrote: none may move
+    the cursor, recolour the terminal or reorder what a person reads."""
+    return _SUSPECT.sub(_escaped_if_unseen, text)
 
 
 @dataclass
@@ -117,6 +164,8 @@ def print_json(payload: Any) -> None:
 
 
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
+_SUSPECT = re.compile(r"[^\t\n\x20-\x7e]")
+"""Characters `shown` looks at: every one but tabs, line breaks and printable ASCII."""
 _UNSEEN = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
 
 
@@ -135,7 +184,7 @@ def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     Cells are data (tool descriptions, config values), never rich markup.
     """
     header = [str(column) for column in columns]
-    body = [["" if cell is None else str(cell) for cell in row] for row in rows]
+    body = [["" if cell is None else shown(str(cell)) for cell in row] for row in rows]
     if not _stdout_styled():
         sys.stdout.write(plain_table(header, body))
         sys.stdout.flush()

@@ -9,6 +9,7 @@ tool calls by server and result, and catalog sizes. Parsing (`summarize`) is pur
 from __future__ import annotations
 
 import errno
+import math
 import os
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -17,7 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from .._errors import ConfigError, OrchestratorError
-from ._common import console, loaded_config, print_json, print_table
+from ._common import bounded_get, console, loaded_config, print_json, print_table
 
 __all__ = [
     "CallRow",
@@ -33,6 +34,8 @@ __all__ = [
 ]
 
 SCRAPE_TIMEOUT_S = 5.0
+MAX_LINE_CHARS = 65_536
+"""Longest line of a metrics page read: the gateway's lines are a few hundred characters at most."""
 """A local endpoint answers in milliseconds; past this it is hung or not a metrics endpoint."""
 
 _MAX_PORT = 65_535
@@ -147,11 +150,15 @@ def summarize(text: str, url: str = "") -> MetricsSummary:
     """
     from prometheus_client.parser import text_string_to_metric_families
 
+    longest = max(map(len, text.splitlines()), default=0)
+    if longest > MAX_LINE_CHARS:  # the library's parser is quadratic in a line's escapes: 25 s for 1.6 MB
+        raise ValueError(f"a line of {longest:,} characters (the gateway's are under {MAX_LINE_CHARS:,})")
     names = _series_names()
     values: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            values[sample.name].append((dict(sample.labels), float(sample.value)))
+            if math.isfinite(sample.value):  # a counter is never NaN or infinite: such a page is not ours
+                values[sample.name].append((dict(sample.labels), float(sample.value)))
 
     def total(name: str, **match: str) -> float:
         return sum(value for labels, value in values.get(name, []) if _matches(labels, match))
@@ -264,21 +271,21 @@ async def scrape(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> str:
         raise ConfigError(f"bad metrics URL {url!r}: {exc}") from None
     if port is not None and not 0 < port <= _MAX_PORT:
         raise ConfigError(f"bad metrics URL {url!r}: port {port} is not between 1 and {_MAX_PORT}")
-    # trust_env off: the endpoint is local, and a proxy from the environment would answer for it.
     try:
-        async with httpx2.AsyncClient(trust_env=False, timeout=timeout_s, follow_redirects=True) as client:
-            response = await client.get(url)
+        status, reason, body = await bounded_get(url, timeout_s=timeout_s)
     except httpx2.UnsupportedProtocol as exc:
         raise ConfigError(f"bad metrics URL {url!r}: {exc}") from None
-    except httpx2.TimeoutException:
+    except (httpx2.TimeoutException, TimeoutError):
         raise OrchestratorError(f"metrics endpoint {url} did not answer within {timeout_s:g} s") from None
     except httpx2.ConnectError as exc:
         raise OrchestratorError(f"no metrics endpoint at {url} ({_os_reason(exc)}); {_SCRAPE_HINT}") from None
     except httpx2.HTTPError as exc:  # the peer broke off or does not speak HTTP
         raise OrchestratorError(f"metrics endpoint {url} failed: {_os_reason(exc)}") from None
-    if response.is_error:
-        raise OrchestratorError(f"metrics endpoint {url} answered HTTP {response.status_code} {response.reason_phrase}")
-    return response.content.decode("utf-8", errors="replace")
+    except ValueError as exc:
+        raise OrchestratorError(f"metrics endpoint {url}: {exc}") from None
+    if status >= 400:
+        raise OrchestratorError(f"metrics endpoint {url} answered HTTP {status} {reason}")
+    return body.decode("utf-8", errors="replace")
 
 
 def _os_reason(exc: BaseException) -> str:

@@ -18,14 +18,18 @@ is the I/O around it.
 
 from __future__ import annotations
 
+import json
+import math
 from collections import Counter
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ._common import console, loaded_config, print_json, print_table
+from ..protocols.mcp._normalization import one_line
+from ._common import bounded_get, console, loaded_config, print_json, print_table
 
 if TYPE_CHECKING:
     from .._accounting import SessionCost
@@ -499,28 +503,62 @@ async def query_prometheus(url: str, window: str) -> dict[str, dict[tuple[str, s
     queries["actions"] = f"sum by (agent, mode, action) (increase(orchestrator_session_actions_total[{window}]))"
     queries["call_rank"] = f"sum by (rank) (increase(mcp_tool_search_call_rank_total[{window}]))"
     try:
-        async with httpx2.AsyncClient(trust_env=False, timeout=PROMETHEUS_TIMEOUT_S) as client:
-            for name, query in queries.items():
-                response = await client.get(f"{base}/api/v1/query", params={"query": query, "time": at})
-                try:
-                    body = response.json()
-                except ValueError:
-                    body = {}
-                if response.is_error or body.get("status") != "success":
-                    error = body.get("error") or f"HTTP {response.status_code}"
-                    raise OrchestratorError(f"prometheus {base}: query {query!r} failed: {error}")
-                for item in body["data"]["result"]:
-                    labels = item["metric"]
-                    key = name if name != "actions" else f"actions:{labels.get('action', '')}"
-                    who = (
-                        (labels.get("rank", ""), "")
-                        if name == "call_rank"
-                        else (labels.get("agent", ""), labels.get("mode", ""))
-                    )
-                    found.setdefault(key, {})[who] = float(item["value"][1])
+        for name, query in queries.items():
+            params = {"query": query, "time": at}
+            status, _, raw = await bounded_get(f"{base}/api/v1/query", timeout_s=PROMETHEUS_TIMEOUT_S, params=params)
+            body = _decoded(raw)
+            if status >= 400 or body.get("status") != "success":
+                problem = f"HTTP {status}" if status >= 400 else "not a Prometheus API answer"
+                error = one_line(str(body.get("error") or problem), 200)
+                raise OrchestratorError(f"prometheus {base}: query {query!r} failed: {error}")
+            for labels, value in _samples(body):
+                key = name if name != "actions" else f"actions:{labels.get('action', '')}"
+                who = (
+                    (labels.get("rank", ""), "")
+                    if name == "call_rank"
+                    else (labels.get("agent", ""), labels.get("mode", ""))
+                )
+                found.setdefault(key, {})[who] = value
     except httpx2.HTTPError as exc:
         raise OrchestratorError(f"prometheus {base}: cannot query it: {exc or type(exc).__name__}") from None
+    except TimeoutError:
+        raise OrchestratorError(f"prometheus {base}: no whole answer within {PROMETHEUS_TIMEOUT_S:g} s") from None
+    except ValueError as exc:  # an answer too long, or not the shape of a Prometheus vector result
+        raise OrchestratorError(f"prometheus {base}: {exc}") from None
     return found
+
+
+def _decoded(raw: bytes) -> dict[str, Any]:
+    """A Prometheus API answer as an object ({} when it is not JSON or not an object)."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _samples(body: Mapping[str, Any]) -> Iterator[tuple[dict[str, str], float]]:
+    """(labels, value) of each sample of a vector result.
+
+    Raises:
+        ValueError: the answer is not a vector of finite samples (the peer is not a Prometheus).
+    """
+    data = body.get("data")
+    result = data.get("result") if isinstance(data, dict) else None
+    if not isinstance(result, list):
+        raise ValueError("the answer has no data.result list")
+    for item in result:
+        labels = item.get("metric") if isinstance(item, dict) else None
+        value = item.get("value") if isinstance(item, dict) else None
+        if not isinstance(labels, dict) or not isinstance(value, list) or len(value) != 2:
+            raise ValueError("a sample is not {metric: {...}, value: [time, number]}")
+        try:
+            number = float(value[1])
+        except (TypeError, ValueError):
+            raise ValueError(f"a sample's value {str(value[1])[:40]!r} is not a number") from None
+        if not math.isfinite(number):
+            raise ValueError(f"a sample's value {number} is not finite")
+        yield {str(key): str(label) for key, label in labels.items()}, number
 
 
 def print_report(report: TuneReport) -> None:
