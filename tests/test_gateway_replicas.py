@@ -413,6 +413,11 @@ def test_a_file_store_reads_no_fifo_device_or_record_filed_under_another_key(tmp
     assert time.monotonic() - started < EXPIRY_SEEN_S
     os.mkfifo(folder / "list.jsonl")
     assert store.items("traces/list") == []
+    store.put_blobs("vectors", {b"a" * 32: b"1" * 8}, limit=100)
+    os.mkfifo(tmp_path / "vectors" / f"zzzz{PACK_SUFFIX}")  # a pack: hung `tools search --ranking hybrid`
+    (tmp_path / "vectors" / f"zero{PACK_SUFFIX}").symlink_to("/dev/zero")
+    assert FileStore(tmp_path).get_blobs("vectors", [b"a" * 32, b"b" * 32]) == [b"1" * 8, None]
+    assert time.monotonic() - started < EXPIRY_SEEN_S
 
 
 def test_task_history_sits_on_the_store_and_a_folder_still_works(tmp_path: Path) -> None:

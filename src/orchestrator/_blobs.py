@@ -20,6 +20,7 @@ import logging
 import mmap
 import os
 import secrets
+import stat
 import struct
 import threading
 import time
@@ -134,8 +135,13 @@ class BlobPacks:
     def _open(path: Path) -> _Pack | None:
         """Map and check one pack; None (after a warning) when it is damaged, absent or unreadable."""
         try:
-            with path.open("rb") as handle:
-                size = os.fstat(handle.fileno()).st_size
+            # Never blocking on a FIFO, never following a link (to /dev/zero, say): a regular file or nothing.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+            with os.fdopen(fd, "rb") as handle:
+                status = os.fstat(handle.fileno())
+                if not stat.S_ISREG(status.st_mode):
+                    raise ValueError("not a regular file")
+                size = status.st_size
                 if size < _HEADER.size:
                     raise ValueError(f"{size} bytes, shorter than a header")
                 mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
