@@ -43,6 +43,9 @@ def test_query_files_are_read_and_bad_lines_named(tmp_path: Path) -> None:
         load_queries(path)
     path.write_text(json.dumps({"id": "1", "query": "add", "gold": [["s", "a"]]}) + "\n")
     assert load_queries(path) == [EvalQuery("1", "add", (("s", "a"),))]
+    # A line break of another kind inside a query is text, not the end of the line (JSON keeps U+2028 raw).
+    path.write_text(json.dumps({"id": "1", "query": "add\u2028it", "gold": [["s", "a"]]}, ensure_ascii=False) + "\r\n")
+    assert load_queries(path) == [EvalQuery("1", "add\u2028it", (("s", "a"),))]
 
 
 def test_each_style_gets_the_same_figures_over_its_own_queries() -> None:

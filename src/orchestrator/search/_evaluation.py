@@ -64,7 +64,7 @@ def load_queries(path: str | Path) -> list[EvalQuery]:
     """
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8").split("\n")  # not splitlines: U+2028 is valid inside JSON text
     except OSError as exc:
         raise CatalogError(f"{path}: cannot read query file: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
