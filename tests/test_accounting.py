@@ -153,10 +153,15 @@ def test_actions_and_bases_survive_json_and_bad_ones_name_the_field() -> None:
     assert SessionBasis.from_json(SEARCH.to_json()) == SEARCH
     with pytest.raises(ValueError, match="action kind 'list'"):
         Action.from_json({"kind": "list"})
-    with pytest.raises(ValueError, match="action result_tokens: expected a whole number >= 0, got -3"):
+    with pytest.raises(ValueError, match=r"action result_tokens: expected a whole number from 0 to 1e\+15, got -3"):
         Action.from_json({"kind": "call", "result_tokens": -3})
     with pytest.raises(ValueError, match="basis full_tokens"):
         SessionBasis.from_json({"mode": "full", "search_tokens": 1})
+    # What another process wrote: sums of counts past a float's range overflowed later, in `tune`.
+    with pytest.raises(ValueError, match=r"action result_tokens: .* got a huge number"):
+        Action.from_json({"kind": "call", "result_tokens": 10**400})
+    with pytest.raises(ValueError, match="action: expected an object, got int"):
+        Action.from_json(1)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- the round estimate

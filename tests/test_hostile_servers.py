@@ -203,13 +203,13 @@ async def test_a_listing_past_max_tools_keeps_the_first_and_reads_no_further_pag
 
 @pytest.mark.anyio
 async def test_one_huge_page_past_max_tools_is_cut_before_it_is_parsed(tmp_path: Path) -> None:
-    """30,000 tools in one page with the default cap (10,000): 10,000 kept, the rest dropped unread."""
-    async with MCPManager(settings(tmp_path, h=hostile("--many", "30000"))) as manager:
+    """3,000 tools in one page with a cap of 1,000: 1,000 kept, the rest dropped unread."""
+    async with MCPManager(settings(tmp_path, h=hostile("--many", "3000", max_tools=1_000))) as manager:
         status = manager.status()[0]
         kept = len(manager.tool_lists()["h"])
-    assert kept == 10_000 and status.state is ServerState.DEGRADED
-    (cut,) = [tool for tool in status.dropped_tools if tool.name == "#10000+"]
-    assert re.fullmatch(r"[\d,]+ tool\(s\) past max_tools \(10,000\) not read", cut.reason)
+    assert kept == 1_000 and status.state is ServerState.DEGRADED
+    (cut,) = [tool for tool in status.dropped_tools if tool.name == "#1000+"]
+    assert re.fullmatch(r"[\d,]+ tool\(s\) past max_tools \(1,000\) not read", cut.reason)
 
 
 @pytest.mark.anyio
