@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import unicodedata
 from pathlib import Path
 from typing import Any
@@ -158,6 +159,18 @@ def test_the_terminal_never_gets_escapes_from_tools_expand_or_list(tmp_path: Pat
 def test_a_one_megabyte_description_is_cut_with_a_marker() -> None:
     text = sanitize_text("word " * 200_000, 8000)
     assert len(text) < 8100 and text.endswith("more characters]")
+
+
+@pytest.mark.parametrize("line", ["", " ", "\t ", "  x"])
+def test_many_short_lines_are_read_in_linear_time(line: str) -> None:
+    """Found by red-teaming: the whole-text check for a role or directory line ran `^\\s*` from every line
+    start across every line break after it: 8,000 line breaks (within the description limit) took 15 s
+    of the event loop, a schema could hold 30 such descriptions. A bound on complexity, not a timing."""
+    text = (line + "\n") * (8000 // (len(line) + 1))
+    started = time.perf_counter()
+    sanitized = sanitize_text(text, 8000)
+    assert time.perf_counter() - started < 1.0  # linear: about 10 ms here (15 s before)
+    assert "\n\n\n\n" not in sanitized
 
 
 @settings(max_examples=300, deadline=None)

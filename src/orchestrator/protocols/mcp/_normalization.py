@@ -95,8 +95,20 @@ tokens, anywhere in a line: shown with ‹ › so they cannot open or close a bl
 _SCHEMA_TEXT_KEYS = ("description", "title")
 _SCHEMA_VALUE_KEYS = frozenset(("enum", "const", "default", "examples", "pattern"))
 """Schema keys whose values a call must match: never rewritten."""
-_ANY_ROLE_LINE = re.compile(_ROLE_LINE.pattern, re.IGNORECASE | re.MULTILINE)
-_ANY_STRUCTURE_LINE = re.compile(f"{_HEADING.pattern}|{_LISTING.pattern}|(?i:{_BLOCK_FENCE.pattern})", re.MULTILINE)
+
+
+def _any_line(pattern: str) -> str:
+    """A line pattern (`^\\s*...`) for a search over a whole text (MULTILINE): its leading blanks stop at a
+    line break. `^\\s*` ran on from every line start through every line break after it, quadratic in the
+    number of lines (8,000 line breaks: 15 s holding the event loop); a line the whole-text search must
+    find starts at its own line start just the same."""
+    return pattern.replace(r"^\s*", r"^[^\S\n]*", 1)
+
+
+_ANY_ROLE_LINE = re.compile(_any_line(_ROLE_LINE.pattern), re.IGNORECASE | re.MULTILINE)
+_ANY_STRUCTURE_LINE = re.compile(
+    f"{_HEADING.pattern}|{_any_line(_LISTING.pattern)}|(?i:{_any_line(_BLOCK_FENCE.pattern)})", re.MULTILINE
+)
 """Any line `inert_lines` would quote (heading, directory entry, role fence), in a whole text at once."""
 _ANY_SETEXT_LINE = re.compile(rf"\n{_SETEXT.pattern}(?:\n|$)")
 """Any line of `=` or `-` alone below another (what `inert_lines` quotes when that one holds text); it opens
