@@ -11,7 +11,6 @@ and token counting in their own modules. CPU-bound and synchronous: the gateway 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import logging
 import re
 import threading
@@ -28,6 +27,7 @@ from ..protocols.mcp._catalog import ToolCatalog, ToolEntry
 from ._blend import EvidenceBlend, ScoreBlend
 from ._evidence import EvidenceSource, LearnedEvidence
 from ._lexical import FORM_PREFIX, Analyzer, LexicalIndex
+from ._spelling import NameSpellings
 from ._tuning import BLEND_BM25_K1, LONG_BLEND_SHARE, NAMED_SERVER_BONUS, STEP_STRENGTH_POWER
 
 if TYPE_CHECKING:
@@ -201,6 +201,8 @@ class ToolSearchEngine:
         self._state: _State | None = None
         self._analyzer = Analyzer()  # kept across rebuilds: a changed catalog re-analyses only new text
         self._lock = threading.Lock()
+        self._spelled: tuple[_State, NameSpellings, NameSpellings] | None = None
+        self._spelling_lock = threading.Lock()  # not `_lock`: counting names must not hold up searches
         self.index_builds = 0
         """How many times the index was built or updated (once per catalog version seen)."""
 
@@ -450,17 +452,26 @@ class ToolSearchEngine:
                 chosen.setdefault(docs[0])
             return [state.index.entry(doc).definition() for doc in chosen]
 
+    def _spellings(self, state: _State) -> tuple[NameSpellings, NameSpellings]:
+        """The qualified and the bare tool names of `state`'s catalog, counted for spelling suggestions once
+        per catalog version (on the first unknown name asked for)."""
+        with self._spelling_lock:
+            cached = self._spelled
+            if cached is None or cached[0] is not state:
+                entries = state.catalog.entries
+                spellings = NameSpellings([entry.name for entry in entries]), NameSpellings([e.tool for e in entries])
+                cached = self._spelled = (state, *spellings)
+            return cached[1], cached[2]
+
     def closest(self, name: str) -> list[str]:
         """Known names nearest to an unknown `name`, for corrective errors (expand_tools, call_tool)."""
         return self._closest(self._current(), name)
 
     def _closest(self, state: _State, name: str) -> list[str]:
         """Known names nearest to `name`: by spelling, else by what its words are about."""
-        entries = state.catalog.entries
-        by_spelling = difflib.get_close_matches(
-            name, [entry.name for entry in entries], SUGGESTIONS, _SUGGESTION_CUTOFF
-        )
-        bare = difflib.get_close_matches(name, [entry.tool for entry in entries], SUGGESTIONS, _SUGGESTION_CUTOFF)
+        qualified, tools = self._spellings(state)
+        by_spelling = qualified.close_matches(name, SUGGESTIONS, _SUGGESTION_CUTOFF)
+        bare = tools.close_matches(name, SUGGESTIONS, _SUGGESTION_CUTOFF)
         index = state.index
         suggestions = list(
             dict.fromkeys([*by_spelling, *(index.entry(self._exact(state, tool)[0]).name for tool in bare)])
