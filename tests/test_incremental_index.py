@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 import time
 from typing import Any
 
@@ -96,8 +97,9 @@ def test_an_index_updated_per_server_scores_exactly_like_one_built_fresh(
         newer = catalog.updated(lists, [server])
         change = catalog.changes(newer)
         assert change is not None
-        index = index.updated(*change)
-        catalog = newer
+        updated = index.updated(*change)
+        assert updated is not None  # these changes touch a few terms: an update, not a fresh build
+        index, catalog = updated, newer
         _assert_same_index(index, LexicalIndex(catalog.entries, Analyzer()))  # a fresh analyzer numbers terms anew
 
 
@@ -199,3 +201,28 @@ def test_a_replica_groups_update_reads_its_aliases_once() -> None:
     fresh = ToolCatalog.from_lists(lists, replicas)
     assert updated.entries == fresh.entries
     assert all(updated.lookup(f"b__tool_{i}") == fresh.lookup(f"b__tool_{i}") for i in range(0, 5_000, 97))
+
+
+def test_an_update_touching_most_of_the_vocabulary_is_a_fresh_build() -> None:
+    """Found by red-teaming: terms merge one by one, so a re-list whose text was words no other tool uses took
+    8 s where building the whole catalog fresh took 2.6 s. Such a change is now built fresh (same scores)."""
+    rng = random.Random(5)
+
+    def words(count: int) -> str:
+        return " ".join("".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(7)) for _ in range(count))
+
+    base = {"a": [{"name": f"t{i}", "description": f"read file {i}"} for i in range(20)]}
+    catalog = ToolCatalog.from_lists({**base, "b": [{"name": "x", "description": "send mail"}]})
+    index = LexicalIndex(catalog.entries, Analyzer())
+    changed = ToolCatalog.from_lists({**base, "b": [{"name": f"x{i}", "description": words(400)} for i in range(10)]})
+    change = catalog.changes(changed)
+    assert change is not None and index.updated(*change) is None
+    engine = ToolSearchEngine(lambda: current, ranking="lexical")
+    current = catalog
+    engine.search("read file")
+    current = changed
+    fresh = ToolSearchEngine(changed, ranking="lexical")
+    query = changed.entries[-1].description.split()[3]
+    assert [(hit.name, hit.score) for hit in engine.search(query)] == [
+        (hit.name, hit.score) for hit in fresh.search(query)
+    ]

@@ -266,10 +266,11 @@ class ToolSearchEngine:
         ):
             return dataclasses.replace(previous, catalog=catalog)
         self.index_builds += 1
-        if previous is None or change is None or len(change[0]) + len(change[1]) > len(catalog) // 2:
+        index = None
+        if previous is not None and change is not None and len(change[0]) + len(change[1]) <= len(catalog) // 2:
+            index = previous.index.updated(*change)  # None when a fresh build is cheaper
+        if index is None:
             index = LexicalIndex(catalog.entries, self._analyzer)
-        else:
-            index = previous.index.updated(*change)
         # Equivalent tools are only looked for when results fold them (a tenth of a 10,000-tool build).
         twins = _equivalents(index) if self._settings.group_equivalents else {}
         blend_index = index.with_k1(BLEND_BM25_K1) if self._blend is not None else index
