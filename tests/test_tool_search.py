@@ -561,3 +561,17 @@ def test_each_search_and_expand_is_counted_once(
                         outcome = str(dict(point.attributes or {})["outcome"])
                         counts[outcome] = counts.get(outcome, 0) + point.value
     assert counts == {"hit": 2, "miss": 1, "expand": 1}
+
+
+def test_the_analyzers_text_cache_is_bounded_by_size_not_only_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by red-teaming: the cache was bounded by count alone, and a server re-listing long texts (8,000
+    emoji each) grew it to 5.9 GB in 25 re-lists. Past TEXT_CACHE_BYTES it now starts again."""
+    from orchestrator.search import _analysis
+
+    monkeypatch.setattr(_analysis, "TEXT_CACHE_BYTES", 100_000)
+    analyzer = _analysis.Analyzer()
+    for n in range(200):
+        text = f"release {n} " + "😀 word " * 1_000
+        assert list(analyzer.ids(text)) == list(analyzer.term_ids(text))
+        assert analyzer._text_bytes <= 100_000
+    assert 0 < len(analyzer._texts) < 200

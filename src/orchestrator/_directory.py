@@ -284,9 +284,21 @@ def _stem(word: str) -> str:
     return (_STEMS.terms(word) or [word])[0]
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _words(text: str) -> frozenset[str]:
-    """The distinct topic-worthy words of a tool name or description (the same texts recur on many servers)."""
+    """The distinct topic-worthy words of a tool name or description, cached for short texts (the same texts
+    recur on many servers): 65,536 cached descriptions of 8,000 characters would hold 2 GB."""
+    return _cached_words(text) if len(text) <= _CACHED_TEXT_CHARS else _words_of(text)
+
+
+_CACHED_TEXT_CHARS = 1_000
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _cached_words(text: str) -> frozenset[str]:
+    return _words_of(text)
+
+
+def _words_of(text: str) -> frozenset[str]:
     return frozenset(
         word
         for word in split_words(text)

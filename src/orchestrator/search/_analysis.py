@@ -96,6 +96,9 @@ _TOKEN = re.compile(r"[A-Z]{2,}(?=[A-Z][a-z])|[A-Z]?[^\W\d_A-Z]+|[A-Z]+|\d+")
 TEXT_CACHE_LIMIT = 200_000
 """Analysed texts (and runs) kept per analyzer. Re-indexing a changed catalog only analyses the texts
 that changed; the bound keeps a long-lived gateway's memory flat."""
+TEXT_CACHE_BYTES = 256 * 1024 * 1024
+"""...and at most this much text (about): 200,000 texts of 8,000 emoji are 6 GB. A server re-listing
+long texts again and again (found by red-teaming: 5.9 GB after 25 re-lists) empties the cache instead."""
 
 
 def _runs(text: str) -> list[str]:
@@ -131,6 +134,7 @@ class Analyzer:
         self._run_terms: dict[str, tuple[str, ...]] = {}
         self._run_ids: dict[str, tuple[int, ...]] = {}
         self._texts: dict[str, np.ndarray] = {}
+        self._text_bytes = 0
         self.vocabulary: dict[str, int] = {}
         """term -> id (from 1)."""
         self.terms_by_id: list[str] = [""]
@@ -162,9 +166,12 @@ class Analyzer:
         if cached is not None:
             return cached
         out = np.fromiter(self.term_ids(text), np.int32)
-        if len(self._texts) >= TEXT_CACHE_LIMIT:
+        size = len(text) if text.isascii() else 4 * len(text)  # what the string holds, about
+        if len(self._texts) >= TEXT_CACHE_LIMIT or self._text_bytes + size > TEXT_CACHE_BYTES:
             self._texts.clear()
+            self._text_bytes = 0
         self._texts[text] = out
+        self._text_bytes += size
         return out
 
     def term_ids(self, text: str) -> Iterator[int]:
