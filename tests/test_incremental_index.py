@@ -226,3 +226,28 @@ def test_an_update_touching_most_of_the_vocabulary_is_a_fresh_build() -> None:
     assert [(hit.name, hit.score) for hit in engine.search(query)] == [
         (hit.name, hit.score) for hit in fresh.search(query)
     ]
+
+
+def test_terms_of_texts_long_gone_do_not_pile_up_in_the_vocabulary(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by red-teaming: terms only ever joined the analyzer's vocabulary, so a server re-listing new words
+    each time grew it to 2 million terms (341 MB) in 200 re-lists, every update paying for its size."""
+    from orchestrator.search import _engine
+
+    monkeypatch.setattr(_engine, "STALE_VOCABULARY_SLACK", 500, raising=False)
+    rng = random.Random(9)
+    base = {"a": [{"name": f"t{i}", "description": f"read file number {i}"} for i in range(30)]}
+    lists = {**base, "b": [{"name": "x", "description": "send mail"}]}
+    current = ToolCatalog.from_lists(lists)
+    engine = ToolSearchEngine(lambda: current, ranking="lexical")
+    engine.search("read file")
+    for _ in range(40):
+        nonce = " ".join("".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(8)) for _ in range(40))
+        lists["b"] = [{"name": "x", "description": f"send mail {nonce}"}]
+        current = current.updated(lists, ["b"])
+        hits = engine.search("send mail")
+        assert [(hit.name, hit.score) for hit in hits] == [
+            (hit.name, hit.score) for hit in ToolSearchEngine(current, ranking="lexical").search("send mail")
+        ]
+    live = engine._current().index.terms()
+    # at most 4 x the live terms and the slack, and one re-list's new terms (exact forms and stems)
+    assert len(engine._analyzer.vocabulary) <= 4 * live + 500 + 2 * 40 * 2

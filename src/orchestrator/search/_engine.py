@@ -75,6 +75,12 @@ StableToolBench "Search airplane by name" and "Search Book by its name" share tw
 EQUIVALENT_WORDS = 60
 _IDF_FLOOR = 0.05
 """Description terms compared (the opening, where a tool says what it does)."""
+STALE_VOCABULARY = 4
+"""When the analyzer knows this many times the terms the index holds (plus STALE_VOCABULARY_SLACK), the next
+change builds fresh with a new analyzer: terms only ever join a vocabulary, and a server re-listing new
+words each time (nonces, timestamps) grew it to 2 million terms in 200 re-lists, 341 MB, every update
+paying for its size (found by red-teaming)."""
+STALE_VOCABULARY_SLACK = 50_000
 SUGGESTIONS = 3
 """Closest names listed when expand_tools gets a name that does not exist."""
 _SUGGESTION_CUTOFF = 0.6
@@ -267,7 +273,12 @@ class ToolSearchEngine:
             return dataclasses.replace(previous, catalog=catalog)
         self.index_builds += 1
         index = None
-        if previous is not None and change is not None and len(change[0]) + len(change[1]) <= len(catalog) // 2:
+        stale = previous is not None and len(self._analyzer.vocabulary) > (
+            STALE_VOCABULARY * previous.index.terms() + STALE_VOCABULARY_SLACK
+        )
+        if stale:  # terms of texts long gone: a fresh analyzer numbers the live ones anew (same scores)
+            self._analyzer = Analyzer()
+        elif previous is not None and change is not None and len(change[0]) + len(change[1]) <= len(catalog) // 2:
             index = previous.index.updated(*change)  # None when a fresh build is cheaper
         if index is None:
             index = LexicalIndex(catalog.entries, self._analyzer)

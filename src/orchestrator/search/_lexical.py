@@ -218,6 +218,10 @@ class LexicalIndex:
             other._names = self._names.after(came, gone_servers, self.analyzer.terms)
         return other
 
+    def terms(self) -> int:
+        """How many distinct terms the index holds."""
+        return len(self._corpus.postings)
+
     def _count(self, entries: Sequence[ToolEntry]) -> Batch:
         weights, form_weight, depth = self._analysis
         return count(entries, self.analyzer, weights, form_weight, depth)
