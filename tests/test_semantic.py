@@ -673,3 +673,16 @@ def test_a_new_catalog_version_reads_only_the_vectors_of_new_texts(monkeypatch: 
     assert third is not None and reads.asked == few and len(third.shards) == 1
     absent, missing = VectorIndex.build([*keys[:12], b"x" * 32, b"y" * 32], reads, (keys[:12], first))
     assert absent is None and missing == [12, 13]
+
+
+def test_the_multilingual_model_reads_at_most_a_bounded_text(shared_data: Path) -> None:
+    """Found by red-teaming: USE multilingual v3 reads every character (no run option stops it), so a query or
+    a tool of a few words thousands of characters long held a search 0.5-0.7 s. Real texts are far shorter."""
+    from orchestrator import ToolCatalog
+    from orchestrator.protocols.mcp._catalog import read_snapshot
+    from orchestrator.search._embedding.rules import MULTILINGUAL_CHARS, entry_text, multilingual_text
+
+    long = tool_text("srv", "tool", "長" * 8_000)
+    assert len(multilingual_text(long)) == len(multilingual_text("長" * 8_000)) == MULTILINGUAL_CHARS
+    catalog = ToolCatalog.from_lists(read_snapshot(shared_data / "catalogs"))
+    assert all(multilingual_text(entry_text(e)) == entry_text(e).multilingual for e in catalog)

@@ -37,6 +37,10 @@ __all__ = [
 DESCRIPTION_WORDS = 80
 """Tool descriptions are cut here before embedding, so the label after them (server, name, parameters)
 still fits in the model's 128-token window (docs/tool-search.md)."""
+MULTILINGUAL_CHARS = 1_000
+"""Most characters USE multilingual v3 reads of one text: it reads every character (about 86 us each, and
+no run option stops it), so a few words thousands of characters long held a search 0.5-0.7 s and a
+catalog update 3 s (found by red-teaming). Forty words and a label are a few hundred characters."""
 MULTILINGUAL_DESCRIPTION_WORDS = 40
 """USE multilingual v3 reads a tool as its description cut here and the label without parameter names: it
 averages over every word, so a long text dilutes the few that say what the tool does (docs/tool-search.md)."""
@@ -64,8 +68,9 @@ class ToolText(str):
 
 
 def multilingual_text(text: str) -> str:
-    """What USE multilingual v3 reads of `text`: a ToolText's `multilingual`, any other string as it is."""
-    return text.multilingual if isinstance(text, ToolText) else text
+    """What USE multilingual v3 reads of `text`: a ToolText's `multilingual`, any other string as it is, cut
+    at MULTILINGUAL_CHARS characters."""
+    return (text.multilingual if isinstance(text, ToolText) else text)[:MULTILINGUAL_CHARS]
 
 
 def tool_text(server: str, name: str, description: str | None, parameters: Iterable[str] = ()) -> ToolText:
