@@ -575,3 +575,16 @@ def test_the_analyzers_text_cache_is_bounded_by_size_not_only_count(monkeypatch:
         assert list(analyzer.ids(text)) == list(analyzer.term_ids(text))
         assert analyzer._text_bytes <= 100_000
     assert 0 < len(analyzer._texts) < 200
+
+
+def test_text_with_combining_accents_is_found_by_a_request_typed_the_usual_way() -> None:
+    """Found by red-teaming: a description in decomposed Unicode (NFD: `e` + U+0301) split into `r` and
+    `sume`, so "résumé" typed the usual way (NFC) missed it."""
+    import unicodedata
+
+    catalog = ToolCatalog.from_lists(
+        {"docs": [{"name": "render", "description": unicodedata.normalize("NFD", "Crée un résumé détaillé")}]}
+    )
+    assert [hit.name for hit in ToolSearchEngine(catalog, ranking="lexical").search("résumé détaillé")] == [
+        "docs__render"
+    ]

@@ -13,6 +13,7 @@ weighted counts (`tool_document`).
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import chain
@@ -102,7 +103,11 @@ long texts again and again (found by red-teaming: 5.9 GB after 25 re-lists) empt
 
 
 def _runs(text: str) -> list[str]:
-    return (_RUN if text.isascii() else _UNICODE_RUN).findall(text)
+    if text.isascii():
+        return _RUN.findall(text)
+    # Composed first (NFC): "résumé" typed with combining accents (NFD, as macOS file names and some
+    # servers send it) split into "r", "sume" and was found by no request typed the usual way.
+    return _UNICODE_RUN.findall(unicodedata.normalize("NFC", text))
 
 
 def split_words(text: str) -> list[str]:
