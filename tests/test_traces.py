@@ -122,15 +122,18 @@ def test_failed_calls_and_empty_requests_are_never_stored() -> None:
 def test_each_tool_keeps_its_newest_traces_up_to_max_per_tool() -> None:
     clock = Clock()
     store = TraceStore(MemoryStore(), TraceSettings(max_per_tool=3), clock=clock)
-    store.record([Trace(f"q{i}", "s", "t", f"spawn{i}", clock.now - 100 + i) for i in range(10)])
-    assert [t.spawn for t in store.load()] == ["spawn7", "spawn8", "spawn9"]
+    kept = store.record([Trace(f"q{i}", "s", "t", f"spawn{i}", clock.now - 100 + i) for i in range(10)])
+    assert [t.spawn for t in store.load()] == ["spawn7", "spawn8", "spawn9"] and kept == 3
 
 
 def test_traces_past_retention_are_gone() -> None:
     clock = Clock()
     store = TraceStore(MemoryStore(), TraceSettings(retention_days=10), clock=clock)
-    store.record([Trace("old", "s", "t", "a", clock.now - 11 * DAY), Trace("new", "s", "t", "b", clock.now - DAY)])
+    kept = store.record(
+        [Trace("old", "s", "t", "a", clock.now - 11 * DAY), Trace("new", "s", "t", "b", clock.now - DAY)]
+    )
     assert [t.query for t in store.load()] == ["new"]
+    assert kept == 1  # what `traces import` reports: "imported 2" counted the one retention dropped at once
     clock.now += 10 * DAY
     assert store.load() == []
 

@@ -203,6 +203,7 @@ class TraceStore:
             for (server, tool), group in by_tool.items():
                 key = _key(server, tool)
                 entries = {entry["spawn"]: entry for entry in self._entries(self.store.get(key))}
+                new: list[dict[str, Any]] = []
                 for trace in sorted(group, key=lambda item: item.at):
                     entries[trace.spawn] = {
                         "query": redact(trace.query[:MAX_QUERY_CHARS]),
@@ -210,8 +211,10 @@ class TraceStore:
                         "at": trace.at,
                         **({"rank": trace.rank} if trace.rank is not None else {}),
                     }
-                    kept += 1
-                self._write(key, server, tool, list(entries.values()))
+                    new.append(entries[trace.spawn])
+                written = self._write(key, server, tool, list(entries.values()))
+                # What retention and max_per_tool let through (a trace past retention is never kept).
+                kept += sum(1 for entry in new if any(entry is live for live in written))
         return kept
 
     def load(self) -> list[Trace]:
@@ -271,17 +274,19 @@ class TraceStore:
 
     # ------------------------------------------------------------------ records
 
-    def _write(self, key: str, server: str, tool: str, entries: list[dict[str, Any]]) -> None:
+    def _write(self, key: str, server: str, tool: str, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Store the tool's entries that retention and `max_per_tool` keep; returns them."""
         now = self._clock()
         live = [entry for entry in entries if now - float(entry["at"]) < self.retention_s]
         live.sort(key=lambda entry: float(entry["at"]))
         live = live[-self.settings.max_per_tool :]
         if not live:
             self.store.delete(key)
-            return
+            return live
         # The record lives as long as its newest trace may.
         ttl = self.retention_s - (now - float(live[-1]["at"]))
         self.store.put(key, {"server": server, "tool": tool, "traces": live}, ttl_s=max(ttl, 1.0))
+        return live
 
     def _entries(self, record: Any) -> list[dict[str, Any]]:
         return [self._entry(trace) for trace in self._traces(record)]
