@@ -609,3 +609,31 @@ def test_a_redis_that_is_down_costs_reembedding_not_hybrid_ranking(
     assert warnings and all("redis://***@127.0.0.1" in message for message in warnings)
     assert len(warnings) <= 2 and not any("hunter2" in message for message in warnings)  # once per read, write
     down.close()
+
+
+def test_packs_of_records_no_lookup_asks_for_are_neither_sorted_nor_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by red-teaming: a crafted pack of many tiny records was sorted on every process's first lookup
+    (1.5 GB and 14 s for 100 million), and, named to sort as the newest, it filled the limit at the next
+    merge, pushing every real vector out. Such a pack is now sorted only if a lookup asks for names of its
+    size, and a merge by a process that writes other sizes deletes it."""
+    from orchestrator import _blobs
+
+    folder = tmp_path / "vectors"
+    _blobs.BlobPacks(folder).put({n.to_bytes(4, "big"): b"x" for n in range(5_000)}, limit=10_000)
+    (crafted,) = folder.iterdir()
+    crafted.rename(folder / f"99999999999999999999-crafted{PACK_SUFFIX}")  # sorts as the newest pack
+    sorted_sizes: list[int] = []
+    argsort = _blobs.np.argsort
+    monkeypatch.setattr(_blobs.np, "argsort", lambda a, **kw: sorted_sizes.append(len(a)) or argsort(a, **kw))
+    vectors = _blobs.BlobPacks(folder)
+    real = {bytes([n]) * 32: bytes([n]) * 8 for n in range(1, 11)}
+    assert vectors.get(list(real)) == [None] * 10
+    assert 5_000 not in sorted_sizes  # no lookup asked for 4-byte names
+    more = {bytes([50 + n]) * 32: b"v" * 8 for n in range(MAX_PACKS)}
+    for name, value in [*real.items(), *more.items()]:  # one pack each: past MAX_PACKS, the packs merge
+        vectors.put({name: value}, limit=100)
+    fresh = _blobs.BlobPacks(folder)
+    assert fresh.get([*real, *more]) == [*real.values(), *more.values()]  # all kept: 26 under the limit
+    assert fresh.get([(0).to_bytes(4, "big")]) == [None]  # the crafted pack went with the merge

@@ -16,6 +16,7 @@ deletes only the packs it read, and a record found in two packs is the same reco
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import mmap
 import os
@@ -50,16 +51,26 @@ _HEADER = struct.Struct("<8sHIII")
 class _Pack:
     path: Path
     view: memoryview
-    names: np.ndarray
-    """The names, sorted (fixed-width byte strings)."""
-    rows: np.ndarray
-    """Row of each sorted name in the file."""
+    count: int
     name_size: int
     value_size: int
 
+    @functools.cached_property
+    def _sorted(self) -> tuple[np.ndarray, np.ndarray]:
+        names = np.frombuffer(self.view, dtype=f"S{self.name_size}", count=self.count, offset=_HEADER.size)
+        order = np.argsort(names, kind="stable")
+        return names[order], order
+
     @property
-    def count(self) -> int:
-        return len(self.names)
+    def names(self) -> np.ndarray:
+        """The names, sorted (fixed-width byte strings): sorted on the first lookup of a name this long, so a
+        pack of names no lookup asks for (another process's, or a crafted one) costs no sort."""
+        return self._sorted[0]
+
+    @property
+    def rows(self) -> np.ndarray:
+        """Row of each sorted name in the file."""
+        return self._sorted[1]
 
     def table(self, start: int, width: int) -> np.ndarray:
         """`count` rows of `width` bytes from `start` after the header: the names (0) or the values."""
@@ -83,6 +94,8 @@ class BlobPacks:
         self._packs: dict[str, _Pack] = {}
         self._bad: set[str] = set()
         self._lock = threading.Lock()
+        self._sizes: set[tuple[int, int]] = set()
+        """Record sizes (name, value) this process wrote: a merge keeps only packs of these."""
 
     # ------------------------------------------------------------------ reading
 
@@ -158,9 +171,7 @@ class BlobPacks:
                 raise ValueError(f"not a pack of {count} records ({size} bytes)")
             if zlib.crc32(view[_HEADER.size :]) != crc:
                 raise ValueError("checksum mismatch")
-            names = np.frombuffer(view, dtype=f"S{name_size}", count=count, offset=_HEADER.size)
-            order = np.argsort(names, kind="stable")
-            return _Pack(path, view, names[order], order, name_size, value_size)
+            return _Pack(path, view, count, name_size, value_size)
         except (ValueError, struct.error) as exc:
             log.warning("vector pack %s unreadable (%s); its records will be written again", path, exc)
             return None
@@ -182,8 +193,9 @@ class BlobPacks:
         for group in groups.values():
             self._write(group)
         with self._lock:
+            self._sizes.update(groups)
             self._refresh()
-            total = sum(pack.count for pack in self._packs.values())
+            total = sum(pack.count for pack in self._packs.values() if (pack.name_size, pack.value_size) in self._sizes)
             if total > limit + limit // LIMIT_SLACK:
                 self._merge(limit, everything=True)
             elif len(self._packs) + len(self._bad) > MAX_PACKS:
@@ -227,7 +239,11 @@ class BlobPacks:
         """Merge the small packs into one (every pack when the small ones outweigh the largest, or when
         `everything`), keeping the newest `limit` records; then delete what was merged and the damaged
         packs. Hold the lock."""
-        packs = sorted(self._packs.values(), key=lambda p: p.path.name)  # oldest first
+        everyone = sorted(self._packs.values(), key=lambda p: p.path.name)  # oldest first
+        # Records of sizes this process never wrote are no vectors of its (a crafted pack of 150,000 tiny
+        # records pushed every real vector out of the limit): deleted with the merged packs, never kept.
+        packs = [p for p in everyone if (p.name_size, p.value_size) in self._sizes]
+        strangers = [p for p in everyone if (p.name_size, p.value_size) not in self._sizes]
         largest = max(packs, key=lambda p: p.count, default=None)
         small = [p for p in packs if p is not largest]
         whole = everything or largest is None or sum(p.count for p in small) >= largest.count
@@ -239,7 +255,7 @@ class BlobPacks:
         except OSError as exc:  # boundary: a read-only or full disk keeps the packs as they are
             log.warning("vector packs in %s not merged: %s", self.folder, exc)
             return
-        for path in [p.path for p in merged] + [self.folder / name for name in self._bad]:
+        for path in [p.path for p in [*merged, *strangers]] + [self.folder / name for name in self._bad]:
             with contextlib.suppress(OSError):
                 path.unlink()
         self._bad.clear()
