@@ -21,7 +21,6 @@ import logging
 import mmap
 import os
 import secrets
-import stat
 import struct
 import threading
 import time
@@ -31,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from ._untrusted import open_regular
 
 __all__ = ["LIMIT_SLACK", "MAX_PACKS", "PACK_SUFFIX", "BlobPacks"]
 
@@ -148,13 +149,8 @@ class BlobPacks:
     def _open(path: Path) -> _Pack | None:
         """Map and check one pack; None (after a warning) when it is damaged, absent or unreadable."""
         try:
-            # Never blocking on a FIFO, never following a link (to /dev/zero, say): a regular file or nothing.
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-            with os.fdopen(fd, "rb") as handle:
-                status = os.fstat(handle.fileno())
-                if not stat.S_ISREG(status.st_mode):
-                    raise ValueError("not a regular file")
-                size = status.st_size
+            with open_regular(path) as handle:  # never a FIFO's wait, nor a link's /dev/zero
+                size = os.fstat(handle.fileno()).st_size
                 if size < _HEADER.size:
                     raise ValueError(f"{size} bytes, shorter than a header")
                 mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)

@@ -19,6 +19,7 @@ import jsonschema
 from jsonschema.exceptions import SchemaError
 from jsonschema.exceptions import ValidationError as SchemaValidationError
 
+from ._untrusted import json_or_none
 from .protocols.mcp._catalog import ToolEntry
 from .protocols.mcp._schemas import SchemaLimits, json_depth, schema_problem
 
@@ -27,9 +28,9 @@ __all__ = ["ArgumentChecker", "ArgumentProblem", "describe_value", "expected_arg
 EXPECTED_LIMIT = 12
 """Parameters listed in an "expected arguments" hint; the model can expand_tools for the rest."""
 PROBLEM_CHARS = 200
+"""Longest description of one schema problem in an error message."""
 QUOTED_VALUES = 64
 """Values of an error looked for in its message (a message shows only its first PROBLEM_CHARS)."""
-"""Longest description of one schema problem in an error message."""
 
 
 class ArgumentProblem(Exception):
@@ -203,14 +204,6 @@ def _repair_nested(args: dict[str, Any], errors: Sequence[SchemaValidationError]
                 args[key] = decoded
                 changed = True
     return changed
-
-
-def json_or_none(text: str) -> Any:
-    """`text` decoded as JSON, or None when it is not JSON (or nests too deep for the decoder)."""
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        return None
 
 
 def _describe(error: SchemaValidationError) -> str:

@@ -36,11 +36,12 @@ from typing import Any, Protocol, TypeVar, TypeVarTuple, Unpack
 import mcp.types as types
 from mcp.shared.dispatcher import ProgressFnT
 
-from ._call_arguments import ArgumentChecker, ArgumentProblem, describe_value, json_or_none, repaired_object
+from ._call_arguments import ArgumentChecker, ArgumentProblem, describe_value, repaired_object
 from ._errors import ExpandError, SearchQueryError, ServerError, ToolCallError, ToolExecutionError, ToolNotFoundError
 from ._events import Caller, CallEvent, EventListener, ExpandEvent, MetaEvent, RankedTool, SearchEvent
 from ._telemetry import Telemetry, telemetry_listener
 from ._tokens import TokenCounter, compact_json
+from ._untrusted import is_number, json_or_none
 from .protocols.mcp._catalog import ToolCatalog, ToolEntry
 from .protocols.mcp._normalization import one_line
 from .protocols.mcp._schemas import SchemaLimits
@@ -657,7 +658,7 @@ def _structured(payload: dict[str, Any]) -> types.CallToolResult:
 
 def _positive_int(value: Any, key: str) -> int:
     """A positive integer, or one written as a string of (at most 18 ASCII) digits."""
-    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and len(value.strip()) <= 18:
+    if isinstance(value, str) and is_number(value.strip()) and len(value.strip()) <= 18:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         shown = one_line(describe_value(value), NAME_ECHO_CHARS)

@@ -23,14 +23,14 @@ import itertools
 import json
 import math
 import os
-import stat
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._errors import ConfigError, OrchestratorError
+from ._untrusted import json_or_none, open_regular
 from ._urls import redacted_url
 from .protocols.mcp._cache import atomic_create, atomic_write
 
@@ -347,7 +347,7 @@ class FileStore:
         now = time.time()
         found: list[Any] = []
         for line in data.splitlines():
-            entry = _decoded(line)  # a line cut short by a crash, or damaged: skipped
+            entry = json_or_none(line)  # a line cut short by a crash, or damaged: skipped
             if not isinstance(entry, dict) or "item" not in entry:
                 continue
             expires = entry.get("expires")
@@ -382,7 +382,8 @@ class FileStore:
 
     def _envelope(self, path: Path, now: float) -> dict[str, Any] | None:
         """The record's envelope; None (and the file removed) once it has expired; None when unreadable."""
-        data = _decoded(_record_bytes(path))  # not there, or damaged: as if absent (a later put replaces it)
+        raw = _record_bytes(path)  # not there, or damaged: as if absent (a later put replaces it)
+        data = json_or_none(raw) if raw is not None else None
         if not isinstance(data, dict) or "value" not in data:
             return None
         expires = data.get("expires")
@@ -441,7 +442,7 @@ class RedisStore:
         redis_key, _, _ = self._key(key)
         with self._errors():
             raw = self._redis.get(redis_key)
-        return None if raw is None else _decoded(raw)
+        return None if raw is None else json_or_none(raw)
 
     def put(self, key: str, value: Any, *, ttl_s: float | None = None) -> None:
         redis_key, index, name = self._key(key)
@@ -480,7 +481,7 @@ class RedisStore:
         redis_key, _, _ = self._key(key)
         with self._errors():
             raw = self._redis.lrange(redis_key, 0, -1)
-        return [item for item in map(_decoded, raw) if item is not None]  # a damaged item is skipped
+        return [item for item in map(json_or_none, raw) if item is not None]  # a damaged item is skipped
 
     def scan(self, namespace: str) -> dict[str, Any]:
         index = f"{self.prefix}index:{namespace}"
@@ -491,7 +492,7 @@ class RedisStore:
             if not names:
                 return {}
             values = self._redis.mget([f"{self.prefix}{namespace}:{name}" for name in names])
-        found = {name: _decoded(raw) for name, raw in zip(names, values, strict=True) if raw is not None}
+        found = {name: json_or_none(raw) for name, raw in zip(names, values, strict=True) if raw is not None}
         return {name: value for name, value in found.items() if value is not None}  # damaged ones skipped
 
     def get_blobs(self, namespace: str, names: Sequence[bytes]) -> list[bytes | None]:
@@ -542,37 +543,12 @@ def open_store(settings: Settings) -> Store:
 
 
 def _record_bytes(path: Path) -> bytes | None:
-    """The bytes of a record file; None when there is none, or it is not a regular file (a FIFO would block
-    the reader, a link to /dev/zero fill its memory)."""
-    with _opened(path) as file:
-        try:
-            return file.read() if file is not None else None
-        except OSError:
-            return None
-
-
-@contextlib.contextmanager
-def _opened(path: Path) -> Iterator[BinaryIO | None]:
-    """`path` open for reading when it is a regular file, not a link, else None; opening never blocks on a
-    FIFO. (A record is not refused for its size: a pin record too big to read would trust a rug pull.)"""
+    """The bytes of a record file; None when there is none, or it is not a regular file (`open_regular`). A
+    record is not refused for its size: a pin record too big to read would trust a rug pull."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        with open_regular(path) as file:
+            return file.read()
     except OSError:
-        yield None
-        return
-    with os.fdopen(fd, "rb") as file:
-        status = os.fstat(fd)
-        yield file if stat.S_ISREG(status.st_mode) else None
-
-
-def _decoded(raw: bytes | str | None) -> Any | None:
-    """A stored JSON value, or None when it does not decode: cut short, not UTF-8, nested past the
-    decoder's depth, or a number past a float's range. Another process may have written it."""
-    if raw is None:
-        return None
-    try:
-        return json.loads(raw)
-    except (ValueError, RecursionError):
         return None
 
 
@@ -591,8 +567,11 @@ def _safe(part: str) -> str:
 
 def _first_line_expired(path: Path, now: float) -> bool:
     """Whether a list file's first item (which its whole list expires with) has expired."""
-    with _opened(path) as file:
-        entry = _decoded(file.readline()) if file is not None else None
+    try:
+        with open_regular(path) as file:
+            entry = json_or_none(file.readline())
+    except OSError:
+        return False
     expires = entry.get("expires") if isinstance(entry, dict) else None
     return isinstance(expires, int | float) and expires <= now
 

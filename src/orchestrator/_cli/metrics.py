@@ -34,9 +34,9 @@ __all__ = [
 ]
 
 SCRAPE_TIMEOUT_S = 5.0
+"""A local endpoint answers in milliseconds; past this it is hung or not a metrics endpoint."""
 MAX_LINE_CHARS = 65_536
 """Longest line of a metrics page read: the gateway's lines are a few hundred characters at most."""
-"""A local endpoint answers in milliseconds; past this it is hung or not a metrics endpoint."""
 
 _MAX_PORT = 65_535
 """Checked before connecting: a larger port fails inside the socket layer with no useful message."""

@@ -18,7 +18,6 @@ is the I/O around it.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from .._untrusted import json_or_none
 from ..protocols.mcp._normalization import one_line
 from ._common import bounded_get, console, loaded_config, print_json, print_table
 
@@ -506,7 +506,8 @@ async def query_prometheus(url: str, window: str) -> dict[str, dict[tuple[str, s
         for name, query in queries.items():
             params = {"query": query, "time": at}
             status, _, raw = await bounded_get(f"{base}/api/v1/query", timeout_s=PROMETHEUS_TIMEOUT_S, params=params)
-            body = _decoded(raw)
+            decoded = json_or_none(raw)
+            body = decoded if isinstance(decoded, dict) else {}
             if status >= 400 or body.get("status") != "success":
                 problem = f"HTTP {status}" if status >= 400 else "not a Prometheus API answer"
                 error = one_line(str(body.get("error") or problem), 200)
@@ -526,15 +527,6 @@ async def query_prometheus(url: str, window: str) -> dict[str, dict[tuple[str, s
     except ValueError as exc:  # an answer too long, or not the shape of a Prometheus vector result
         raise OrchestratorError(f"prometheus {base}: {exc}") from None
     return found
-
-
-def _decoded(raw: bytes) -> dict[str, Any]:
-    """A Prometheus API answer as an object ({} when it is not JSON or not an object)."""
-    try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError):
-        return {}
-    return body if isinstance(body, dict) else {}
 
 
 def _samples(body: Mapping[str, Any]) -> Iterator[tuple[dict[str, str], float]]:

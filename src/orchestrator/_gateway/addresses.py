@@ -10,6 +10,7 @@ import ipaddress
 from typing import Any
 
 from .._errors import ConfigError
+from .._untrusted import is_number
 
 __all__ = [
     "CHALLENGE_PATH",
@@ -20,7 +21,6 @@ __all__ = [
     "check_bind",
     "client_base_url",
     "is_loopback",
-    "is_number",
     "matches_address",
     "mcp_config",
     "spawn_path",
@@ -65,11 +65,6 @@ def matches_address(value: str, patterns: tuple[str, ...]) -> bool:
         ):
             return True
     return False
-
-
-def is_number(text: str) -> bool:
-    """ASCII digits only: `str.isdigit` also takes other scripts' digits and superscripts ('٨٠', '²')."""
-    return text.isascii() and text.isdigit()
 
 
 def check_bind(host: str, token: str | None) -> None:

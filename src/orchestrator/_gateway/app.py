@@ -44,6 +44,7 @@ from starlette.responses import JSONResponse, Response
 from .._config import Settings
 from .._errors import ConfigError, OrchestratorError
 from .._store import StoreError
+from .._untrusted import is_number
 from .addresses import (
     CHALLENGE_PATH,
     DEFAULT_PATH,
@@ -52,7 +53,6 @@ from .addresses import (
     check_bind,
     client_base_url,
     is_loopback,
-    is_number,
     matches_address,
     spawn_path,
 )
@@ -80,7 +80,6 @@ MAX_SESSIONS_PER_SPAWN = 32
 10,000 are shared by every spawn: one agent opening sessions in a loop locked all the others out."""
 LISTEN_BACKLOG = 256
 """Connections the kernel queues before uvicorn accepts them: room for a burst of agents starting at once."""
-# What a loopback gateway answers to: any port of these names (DNS rebinding protection, as on /mcp).
 _NONCE = re.compile(r"[0-9a-f]{32,256}")
 _TASK_ID = re.compile(r"[!-~]{1,128}")
 """Printable ASCII without spaces: task ids name store records and appear in logs."""

@@ -16,7 +16,7 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -174,19 +174,8 @@ def atomic_write(path: Path, data: bytes | str, *, durable: bool = True) -> None
     Raises:
         OSError: the folder or file cannot be written.
     """
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-            if durable:
-                handle.flush()
-                os.fsync(handle.fileno())
+    with _temporary(path, data.encode("utf-8") if isinstance(data, str) else data, durable=durable) as temp_name:
         os.replace(temp_name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp_name)
-        raise
 
 
 def atomic_create(path: Path, data: bytes) -> bool:
@@ -197,17 +186,26 @@ def atomic_create(path: Path, data: bytes) -> bool:
     Raises:
         OSError: the folder or file cannot be written.
     """
-    fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+    with _temporary(path, data, durable=True) as temp_name:
         try:
             os.link(temp_name, path)
         except FileExistsError:
             return False
         return True
+
+
+@contextlib.contextmanager
+def _temporary(path: Path, data: bytes, *, durable: bool) -> Iterator[str]:
+    """`data` in a temporary file beside `path` (`.<name>.<random>.tmp`, synced when `durable`), for a rename
+    or a link into place; whatever still has its name afterwards is removed, even when anything failed."""
+    fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+        yield temp_name
     finally:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # renamed away already: nothing to remove
             os.unlink(temp_name)
