@@ -10,8 +10,8 @@ back as it is.
 A read goes to the server that owns the URI: the one whose listing has it, then the one whose tool returned
 it to the same spawn (remembered from its call results: one spawn's results never route another's reads),
 then the one whose template matches it, the most specific first (a template that starts with a variable
-claims nothing: it would match every server's URIs); then
-every other server the agent may use that is up, in turn. A prompt's namespaced name maps back to its server and original name.
+claims nothing: it would match every server's URIs); then every other server the agent may use that is up,
+in turn. A prompt's namespaced name maps back to its server and original name.
 Upstream protocol stamps (`_meta` `io.modelcontextprotocol/*`) are taken off every result.
 """
 

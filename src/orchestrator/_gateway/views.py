@@ -207,7 +207,7 @@ class SpawnContext:
     active: SpawnContext | None = None
     """The variant that served the latest request (its plan is the one the agent used)."""
     offload: Offload | None = None
-    """Where its work runs: the spawn's share of the gateway's worker pool (`Gateway._spawn_share`)."""
+    """Where its work runs: the spawn's share of the gateway's worker pool (`server._spawn_share`)."""
 
     def for_client(self, kind: ClientKind | None) -> SpawnContext:
         """This endpoint for a client of `kind` (from its MCP handshake): itself when that client's names and

@@ -73,8 +73,8 @@ EQUIVALENT_MIN_WORDS = 4
 """Descriptions shorter than this (after stopwords) say too little to call two tools the same: on
 StableToolBench "Search airplane by name" and "Search Book by its name" share two of three words."""
 EQUIVALENT_WORDS = 60
-_IDF_FLOOR = 0.05
 """Description terms compared (the opening, where a tool says what it does)."""
+_IDF_FLOOR = 0.05
 STALE_VOCABULARY = 4
 """When the analyzer knows this many times the terms the index holds (plus STALE_VOCABULARY_SLACK), the next
 change builds fresh with a new analyzer: terms only ever join a vocabulary, and a server re-listing new

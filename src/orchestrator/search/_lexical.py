@@ -206,7 +206,7 @@ class LexicalIndex:
         removed_terms = [names[term] for term in set(np.concatenate(parts).tolist())] if parts else []
         added = list(added)
         batch = self._count(added)
-        if len(removed_terms) + len(batch.terms) > max(UPDATE_TERMS_MIN, UPDATE_TERMS_SHARE * len(corpus.postings)):
+        if len(removed_terms) + len(batch.terms) > max(UPDATE_TERMS_MIN, UPDATE_TERMS_SHARE * self.terms()):
             return None
         updated = corpus.updated(gone, removed_terms, added, batch)
         other = copy.copy(self)
