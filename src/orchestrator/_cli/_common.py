@@ -158,12 +158,10 @@ def print_json(payload: Any) -> None:
     """Machine-readable output: one JSON document on stdout, nothing else. Letters of every script are
     written as they are; control, format and separator characters (C1 `U+009B`, bidi overrides, U+2028),
     which JSON leaves raw, are escaped: tool text from servers must not reach a terminal as such."""
-    text = json.dumps(payload, indent=2, ensure_ascii=False, default=str)
-    sys.stdout.write(_NON_ASCII.sub(_escaped_if_unseen, text) + "\n")
+    sys.stdout.write(shown(json.dumps(payload, indent=2, ensure_ascii=False, default=str)) + "\n")
     sys.stdout.flush()
 
 
-_NON_ASCII = re.compile(r"[^\x00-\x7f]")
 _SUSPECT = re.compile(r"[^\t\n\x20-\x7e]")
 """Characters `shown` looks at: every one but tabs, line breaks and printable ASCII."""
 _UNSEEN = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
