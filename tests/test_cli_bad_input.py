@@ -63,8 +63,12 @@ CASES = [
     ("ok", ["serve", "--port", "99999"], 2, "--port"),
     ("ok", ["serve", "--port", "-1"], 2, "--port"),
     ("ok", ["eval", "{queries}", "--catalog", "{catalog}", "--ranking", "bogus"], 2, "--ranking"),
-    ("ok", ["eval", "{binary}", "--catalog", "{catalog}"], 1, "not UTF-8"),
-    ("ok", ["tools", "list", "--catalog", "{deep_json}"], 1, "nested too deeply"),
+    ("ok", ["eval", "{binary}", "--catalog", "{catalog}"], 2, "not UTF-8"),
+    ("ok", ["tools", "list", "--catalog", "{deep_json}"], 2, "nested too deeply"),
+    ("ok", ["tools", "audit", "--catalog", "{binary}"], 2, "not UTF-8"),
+    ("ok", ["tools", "search", " ", "--catalog", "{catalog}"], 2, "tool_search query is empty"),
+    ("ok", ["tools", "search", "x " * 4001, "--catalog", "{catalog}"], 2, "the limit is 8,000"),
+    # A name the catalog does not have is a failed lookup (like grep's miss), not bad input.
     ("ok", ["tools", "expand", "nope__tool", "--catalog", "{catalog}"], 1, "unknown tool 'nope__tool'"),
     (
         "ok",

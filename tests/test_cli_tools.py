@@ -89,7 +89,7 @@ def test_a_search_that_finds_nothing_prints_a_miss_and_exits_1(config: Path, sna
 
 def test_an_empty_query_is_one_error_line(config: Path, snapshot: Path) -> None:
     code, _, err = run(config, "tools", "search", " ", "--catalog", str(snapshot))
-    assert code == 1
+    assert code == 2
     assert err.strip() == "error: tool_search query is empty: describe the tool you need in a few words"
 
 
@@ -120,7 +120,7 @@ def test_tools_expand_errors_name_the_problem(config: Path, snapshot: Path) -> N
     assert code == 1
     assert err.strip() == "error: unknown tool 'files__read_fil'; closest: files__read_file, files__write_file"
     code, _, err = run(config, "tools", "expand", "read_file", "write_file", "run_query", "--catalog", str(snapshot))
-    assert code == 1 and "the limit is 2 per call (mcp.tool_search.max_expand)" in err
+    assert code == 2 and "the limit is 2 per call (mcp.tool_search.max_expand)" in err
 
 
 def test_tools_plan_json_prints_the_plan(config: Path, snapshot: Path) -> None:
@@ -144,7 +144,7 @@ def test_a_broken_snapshot_is_one_error_line(config: Path, tmp_path: Path) -> No
     bad = tmp_path / "bad.json"
     bad.write_text("{oops")
     code, _, err = run(config, "tools", "list", "--catalog", str(bad))
-    assert code == 1
+    assert code == 2
     assert err.startswith(f"error: {bad}: invalid JSON") and err.count("\n") == 1
 
 

@@ -8,9 +8,9 @@
     │   ├── ToolCallTimeout           the server did not answer within call_timeout_s
     │   ├── ToolExecutionError        the server ran the tool and it reported an error
     │   └── TransportError            the connection broke (process died, socket closed)
-    ├── SearchQueryError              a tool_search query that cannot be run (empty, too long)
-    ├── ExpandError                   expand_tools refused (too many names)
-    ├── CatalogError                  a catalog snapshot or eval query file cannot be read
+    ├── SearchQueryError              a tool_search query that cannot be run (empty, too long; CLI exit 2)
+    ├── ExpandError                   expand_tools refused (too many names; CLI exit 2)
+    ├── CatalogError                  a catalog snapshot or eval query file cannot be read (CLI exit 2)
     ├── TokenizerError                the tokenizer encoding cannot be loaded
     └── SemanticUnavailable           hybrid ranking cannot run; search stays lexical
 

@@ -1,7 +1,8 @@
 """`orchestrator` command line: one module per command group, each loaded when its command is used.
 
-Errors the project raises on purpose print as one line on stderr; a ConfigError exits 2,
-other OrchestratorErrors exit 1. No tracebacks for bad input.
+Errors the project raises on purpose print as one line on stderr. Bad input exits 2 (`BAD_INPUT`: the
+configuration, a snapshot or query file given on the command line, a query or name list that cannot be
+run); every other OrchestratorError means the job ran and something failed, and exits 1. No tracebacks.
 
 Start-up pays only for what the command uses (benchmarks/cli_startup.py): the root group imports a
 command's module when that command runs or `--help` lists it (click's lazy-group pattern), a command
@@ -22,7 +23,7 @@ import typer
 import typer.main
 from typer.core import TyperGroup
 
-from .._errors import ConfigError, OrchestratorError
+from .._errors import CatalogError, ConfigError, ExpandError, OrchestratorError, SearchQueryError
 from ._common import EXIT_FAILED, EXIT_USAGE, CLIState, echo
 
 __all__ = ["app", "main"]
@@ -41,6 +42,11 @@ COMMAND_MODULES: dict[str, str] = {
 }
 """Each top-level command and the module whose `register(app)` adds it, in the order `--help` lists them
 (typer's order: commands, then groups). tests/test_cli_startup.py holds it to what the modules register."""
+
+
+BAD_INPUT = (ConfigError, CatalogError, SearchQueryError, ExpandError)
+"""Errors in what the user gave (README: exit 2), as opposed to a job that ran and failed (exit 1). A tool
+name the catalog does not have is a failed lookup, like grep's miss (exit 1)."""
 
 
 class _Group(TyperGroup):
@@ -71,16 +77,18 @@ class _Group(TyperGroup):
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
-        except ConfigError as exc:
-            _fail(str(exc), EXIT_USAGE)
         except OrchestratorError as exc:
-            _fail(str(exc), EXIT_FAILED)
+            _fail(str(exc), _exit_code(exc))
         except BaseExceptionGroup as group:  # an error raised inside a task group (anyio wraps it)
             matched, _rest = group.split(OrchestratorError)
             if matched is None:
                 raise
             first = _first_leaf(matched)
-            _fail(str(first), EXIT_USAGE if isinstance(first, ConfigError) else EXIT_FAILED)
+            _fail(str(first), _exit_code(first))
+
+
+def _exit_code(error: BaseException) -> int:
+    return EXIT_USAGE if isinstance(error, BAD_INPUT) else EXIT_FAILED
 
 
 def _first_leaf(group: BaseExceptionGroup[Any]) -> BaseException:
