@@ -395,6 +395,18 @@ def test_records_another_process_damaged_are_absent_and_never_hide_the_good_ones
     assert store.scan("traces") == {"good": {"v": 1}}
     assert store.get("traces/deep") is None and store.get("traces/cut") is None
     assert store.items("stats/list") == [{"calls": 1}]
+    # `traces clear` removes them too (it deleted only what scan returned), and nothing of other namespaces.
+    store.put("traces/odd[*]?", 2)
+    store.put("tracesx/near", 3)
+    store.clear("traces")
+    store.clear("never-written")
+    assert store.scan("traces") == {} and store.get("tracesx/near") == 3
+    assert store.items("stats/list") == [{"calls": 1}]
+    if isinstance(store, FileStore):
+        assert sorted(path.name for path in (store.root / "traces").iterdir()) == []
+    elif isinstance(store, RedisStore):
+        left = sorted(store._redis.scan_iter(match=f"{store.prefix}*traces*"))
+        assert left == [f"{store.prefix}index:tracesx".encode(), f"{store.prefix}tracesx:near".encode()]
 
 
 def test_a_file_store_reads_no_fifo_device_or_record_filed_under_another_key(tmp_path: Path) -> None:

@@ -158,6 +158,8 @@ def test_clear_deletes_every_trace_and_stats_count_them() -> None:
     assert stats.oldest == clock.now - 5 and stats.newest == clock.now
     assert stats.found_at == {"1": 1, "6-10": 1, "not_found": 1}
     assert store.clear() == 3 and store.load() == []
+    store.store.put("traces/junk", {"server": 1})  # damaged: no trace to count, still deleted
+    assert store.clear() == 0 and store.store.scan("traces") == {}
 
 
 def test_a_damaged_record_counts_as_absent() -> None:

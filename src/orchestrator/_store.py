@@ -23,6 +23,7 @@ import itertools
 import json
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -84,6 +85,11 @@ class Store(Protocol):
     def scan(self, namespace: str) -> dict[str, Any]:
         """Every live record of a namespace, by name (the key without `namespace/`). Meant for small
         namespaces: the open spawns."""
+        ...
+
+    def clear(self, namespace: str) -> None:
+        """Remove every record and list of a namespace, those `scan` skips as damaged included (its
+        binary records stay)."""
         ...
 
     def append(self, key: str, item: Any, *, ttl_s: float) -> None:
@@ -187,6 +193,13 @@ class MemoryStore:
                     continue
                 found[key[len(prefix) :]] = json.loads(text)
         return found
+
+    def clear(self, namespace: str) -> None:
+        prefix = namespace + "/"
+        with self._lock:
+            for table in (self._data, self._lists):
+                for key in [key for key in table if key.startswith(prefix)]:
+                    del table[key]
 
     def append(self, key: str, item: Any, *, ttl_s: float) -> None:
         split_key(key)
@@ -327,6 +340,13 @@ class FileStore:
             elif _owns(self, key, path):
                 found[key.partition("/")[2]] = envelope.get("value")
         return found
+
+    def clear(self, namespace: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            for path in (self.root / _safe(namespace)).iterdir():
+                if path.suffix in (".json", ".jsonl") and not path.is_dir():
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
 
     def append(self, key: str, item: Any, *, ttl_s: float) -> None:
         path = self._path(key).with_suffix(".jsonl")
@@ -495,6 +515,19 @@ class RedisStore:
         found = {name: json_or_none(raw) for name, raw in zip(names, values, strict=True) if raw is not None}
         return {name: value for name, value in found.items() if value is not None}  # damaged ones skipped
 
+    def clear(self, namespace: str) -> None:
+        index = f"{self.prefix}index:{namespace}"
+        prefix = f"{self.prefix}{namespace}:"
+        with self._errors():
+            # The index's keys, and any other key of the namespace (one written without its index entry).
+            members: list[Any] = self._redis.zrange(index, 0, -1)
+            keys = {prefix.encode() + _as_bytes(name) for name in members}
+            pattern = _GLOB_SPECIAL.sub(r"\\\g<0>", prefix) + "*"
+            keys.update(_as_bytes(key) for key in self._redis.scan_iter(match=pattern, count=1000))
+            doomed = [index.encode(), *sorted(keys)]
+            for start in range(0, len(doomed), REDIS_BLOBS_PER_COMMAND):
+                self._redis.delete(*doomed[start : start + REDIS_BLOBS_PER_COMMAND])
+
     def get_blobs(self, namespace: str, names: Sequence[bytes]) -> list[bytes | None]:
         table = f"{self.prefix}blobs:{namespace}"
         found: list[bytes | None] = []
@@ -524,6 +557,14 @@ class RedisStore:
 
     def close(self) -> None:
         self._redis.close()
+
+
+_GLOB_SPECIAL = re.compile(r"[\\*?\[\]]")
+"""Characters a Redis SCAN pattern reads as a glob, escaped where a key is matched literally."""
+
+
+def _as_bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode("utf-8")
 
 
 def open_store(settings: Settings) -> Store:

@@ -249,12 +249,10 @@ class TraceStore:
         return dropped
 
     def clear(self) -> int:
-        """Delete every trace; returns how many there were."""
-        records = self.store.scan(NAMESPACE)
-        count = sum(len(self._traces(record)) for record in records.values())
+        """Delete every trace, and every damaged record among them; returns how many traces there were."""
+        count = sum(len(self._traces(record)) for record in self.store.scan(NAMESPACE).values())
         with self._lock:
-            for name in records:
-                self.store.delete(f"{NAMESPACE}/{name}")
+            self.store.clear(NAMESPACE)
         return count
 
     def stats(self) -> TraceStats:
