@@ -20,9 +20,9 @@ from orchestrator import (
     Telemetry,
     ToolCatalog,
 )
-from orchestrator._config import ToolSearchOverrides
+from orchestrator._config import ToolSearchOverrides, ToolSearchSettings
 from orchestrator._meta_tools import CALL_TOOL
-from orchestrator._planning import fingerprint, task_key
+from orchestrator._planning import fingerprint, plan_tools, task_key
 from orchestrator._telemetry import SPAWNS
 
 
@@ -181,3 +181,24 @@ def _spawn_counts(reader: InMemoryMetricReader) -> dict[str, int]:
                     mode = str(point.attributes.get("mode"))
                     counts[mode] = counts.get(mode, 0) + int(point.value)
     return counts
+
+
+def test_globs_written_with_configured_names_match_tools_whose_names_were_made_provider_safe() -> None:
+    """Found in review: a server named `Airbnb listings` names its tools `Airbnb_listings__search-<hash>`,
+    so a profile's `allow: ["Airbnb listings__*"]` or a pin written from bernstein.yaml matched nothing.
+    A glob now matches a tool's qualified name or `server__tool` as configured and listed."""
+    lists = {"Airbnb listings": [_tool("search"), _tool("book.stay")], "time": [_tool("get_current_time")]}
+    catalog = ToolCatalog.from_lists(lists)
+    names = {entry.tool: entry.name for entry in catalog}
+    assert names["search"].startswith("Airbnb_listings__search-")  # hashed: the server name is not safe
+    rules = ProfileFilter(allow=("Airbnb listings__*",), deny=("Airbnb listings__book.stay",))
+    assert [entry.tool for entry in rules.apply(catalog)] == ["search"]
+    assert rules.opens("Airbnb listings") and not rules.opens("time")
+    safe = ProfileFilter(allow=("Airbnb_listings__*",))  # the provider-safe form works as before
+    assert sorted(entry.tool for entry in safe.apply(catalog)) == ["book.stay", "search"]
+    assert safe.opens("Airbnb listings") and not ProfileFilter(allow=("Airbnb listings__search",)).opens(
+        "Airbnb listings"
+    )
+    pinned = ToolSearchSettings(threshold_tokens=0, pinned=["Airbnb listings__search", "time__get_current_time"])
+    plan = plan_tools(catalog, pinned)
+    assert plan.mode == "search" and plan.pinned == sorted([names["search"], "time__get_current_time"])

@@ -35,7 +35,7 @@ from ._meta_tools import META_TOOL_DEFINITIONS
 from ._telemetry import Telemetry
 from ._tokens import TokenCounter, compact_json
 from .protocols.mcp._catalog import ToolCatalog, ToolEntry
-from .protocols.mcp._normalization import SEPARATOR
+from .protocols.mcp._normalization import SEPARATOR, qualified_name
 
 __all__ = [
     "RECENT_TOOLS_LIMIT",
@@ -46,6 +46,7 @@ __all__ = [
     "effective_tool_search",
     "fingerprint",
     "matches_any",
+    "matches_item",
     "plan_tools",
     "task_key",
 ]
@@ -62,6 +63,17 @@ PLAN_CACHE_SIZE = 64
 def matches_any(name: str, patterns: Sequence[str]) -> bool:
     """True when `name` matches one of the globs (case-sensitive): pins, agent allow/deny and server lists."""
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def matches_item(name: str, server: str, item: str, patterns: Sequence[str]) -> bool:
+    """`matches_any` for a tool, prompt or resource: its qualified name, or `server__item` as configured
+    and listed. A name that is not provider-safe is rewritten and hashed in the qualified name, which a glob
+    written from the configuration would miss (`Airbnb listings__*` against
+    `Airbnb_listings__search-5785f56bfeac`)."""
+    if matches_any(name, patterns):
+        return True
+    plain = f"{server}{SEPARATOR}{item}"
+    return plain != name and matches_any(plain, patterns)
 
 
 # --------------------------------------------------------------------------- the decision
@@ -125,7 +137,7 @@ def plan_tools(
         counter if counter is not None and counter.encoding == settings.tokenizer else TokenCounter(settings.tokenizer)
     )
     full_tokens = sum(counter.entry(entry) for entry in catalog)
-    pinned = [entry for entry in catalog if matches_any(entry.name, settings.pinned)]
+    pinned = [entry for entry in catalog if matches_item(entry.name, entry.server, entry.tool, settings.pinned)]
     pinned_names = [entry.name for entry in pinned]
     threshold = settings.threshold_tokens
     too_many = settings.max_tools is not None and len(catalog) > settings.max_tools
@@ -209,20 +221,24 @@ class ProfileFilter:
     def allows_server(self, server: str) -> bool:
         return matches_any(server, self.servers)
 
-    def admits(self, name: str) -> bool:
-        """A qualified name (a tool's, a prompt's, a resource's) matched by `allow`, not by `deny` (deny wins)."""
-        return matches_any(name, self.allow) and not matches_any(name, self.deny)
+    def admits(self, name: str, server: str, item: str) -> bool:
+        """A tool, prompt or resource (its qualified name, its server and its own name there) matched by
+        `allow`, not by `deny` (deny wins), under either of its names (`matches_item`)."""
+        return matches_item(name, server, item, self.allow) and not matches_item(name, server, item, self.deny)
 
     def opens(self, server: str) -> bool:
         """Whether the profile may use all of an allowed server, not some of its tools: only then are its
         resources and prompts offered (`allow: ["github__*"]` opens github; `["github__get_issue"]` does not).
         Asked with a name no server gives (NUL after `server__`), which only a glob over the whole
         namespace matches."""
-        return self.allows_server(server) and self.admits(f"{server}{SEPARATOR}\x00")
+        readable = qualified_name(server, "x").partition(SEPARATOR)[0]  # the server part tools are named with
+        return self.allows_server(server) and self.admits(f"{readable}{SEPARATOR}\x00", server, "\x00")
 
     def visible(self, entry: ToolEntry) -> bool:
         """Offered by an allowed server, matched by `allow`, not matched by `deny` (deny wins)."""
-        return any(self.allows_server(server) for server in entry.servers) and self.admits(entry.name)
+        return any(self.allows_server(server) for server in entry.servers) and self.admits(
+            entry.name, entry.server, entry.tool
+        )
 
     def routes(self, entry: ToolEntry) -> tuple[str, ...]:
         """The servers offering this tool that the profile allows, in catalog order (first = preferred)."""

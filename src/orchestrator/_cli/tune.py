@@ -169,14 +169,16 @@ class _Current:
 
 
 def _current(settings: Settings, profile: AgentProfile, catalog: ToolCatalog) -> _Current:
-    from .._planning import ProfileFilter, SpawnPlanner, effective_tool_search, matches_any
+    from .._planning import ProfileFilter, SpawnPlanner, effective_tool_search, matches_item
 
     planner = SpawnPlanner(settings)
     visible = ProfileFilter.from_profile(profile).apply(catalog)
     search_settings = effective_tool_search(settings.mcp.tool_search, profile)
     tool_plan = planner.plan_tools(visible, search_settings)
     counter = planner.counter(search_settings.tokenizer)
-    pinned = tuple(entry.name for entry in visible if matches_any(entry.name, search_settings.pinned))
+    pinned = tuple(
+        entry.name for entry in visible if matches_item(entry.name, entry.server, entry.tool, search_settings.pinned)
+    )
     return _Current(
         catalog_tokens=tool_plan.full_tokens,
         threshold=search_settings.threshold_tokens,

@@ -29,7 +29,7 @@ from .._events import CallEvent
 from .._formats import to_mcp_tool
 from .._meta_tools import CallRelay, Handled, Offload
 from .auth import SpawnClaims
-from .proxy import UpstreamProxy, resource_uris
+from .proxy import Admits, UpstreamProxy, resource_uris
 from .views import ROUTED_SCOPE, SCOPE_KEY, SpawnContext, Upstream
 
 __all__ = ["GatewayHandlers", "RequestContext"]
@@ -233,12 +233,12 @@ class GatewayHandlers:
 
     # ------------------------------------------------------------------ resources and prompts
 
-    def _opened(self, ctx: RequestContext) -> tuple[list[str], Callable[[str], bool]]:
+    def _opened(self, ctx: RequestContext) -> tuple[list[str], Admits]:
         """The servers whose resources and prompts this endpoint's profile may use (those it opens whole,
         `ProfileFilter.opens`), in name order, and the test of a namespaced name against its allow/deny."""
         context = self.context_for(ctx)
         if context is None:
-            return [], lambda name: False
+            return [], lambda name, server, own: False
         rules = context.view.rules
         return [s.name for s in self._upstream.status() if rules.opens(s.name)], rules.admits
 

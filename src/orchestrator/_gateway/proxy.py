@@ -77,7 +77,7 @@ class UpstreamProxy:
         """Note that `servers` (in order of preference) handed these URIs to `spawn` in a tool result."""
         _remembered(self._linked, ((spawn, uri) for uri in uris), tuple(servers))
 
-    async def list_resources(self, servers: Sequence[str], admits: Callable[[str], bool]) -> types.ListResourcesResult:
+    async def list_resources(self, servers: Sequence[str], admits: Admits) -> types.ListResourcesResult:
         """The resources of `servers` whose namespaced names `admits`."""
 
         async def pages(client: Client) -> list[types.Resource]:
@@ -91,7 +91,7 @@ class UpstreamProxy:
         return types.ListResourcesResult(resources=found)
 
     async def list_resource_templates(
-        self, servers: Sequence[str], admits: Callable[[str], bool]
+        self, servers: Sequence[str], admits: Admits
     ) -> types.ListResourceTemplatesResult:
         """The resource templates of `servers` whose namespaced names `admits`."""
 
@@ -150,7 +150,7 @@ class UpstreamProxy:
 
     # ------------------------------------------------------------------ prompts
 
-    async def list_prompts(self, servers: Sequence[str], admits: Callable[[str], bool]) -> types.ListPromptsResult:
+    async def list_prompts(self, servers: Sequence[str], admits: Admits) -> types.ListPromptsResult:
         """The prompts of `servers` whose namespaced names `admits`."""
         found: list[types.Prompt] = []
         for server, prompts in await self._prompt_lists(servers):
@@ -158,20 +158,18 @@ class UpstreamProxy:
         return types.ListPromptsResult(prompts=found)
 
     async def get_prompt(
-        self, servers: Sequence[str], admits: Callable[[str], bool], name: str, arguments: dict[str, str] | None
+        self, servers: Sequence[str], admits: Admits, name: str, arguments: dict[str, str] | None
     ) -> types.GetPromptResult:
         """The prompt listed as `name`, from its server.
 
         Raises:
             MCPError: INVALID_PARAMS for a name no server the agent may use lists, or its profile denies.
         """
-        if not admits(name):
-            raise MCPError(types.INVALID_PARAMS, f"unknown prompt {name[:128]!r}: prompts/list gives the names")
         target = self._prompts.get(name)
         if target is None or target[0] not in servers:
             await self._prompt_lists(servers)  # a name from an older listing, or none yet: list again
             target = self._prompts.get(name)
-        if target is None or target[0] not in servers:
+        if target is None or target[0] not in servers or not admits(name, *target):
             raise MCPError(types.INVALID_PARAMS, f"unknown prompt {name[:128]!r}: prompts/list gives the names")
         server, prompt = target
         result: types.GetPromptResult = await self._manager.request(
@@ -215,13 +213,18 @@ class UpstreamProxy:
 
 
 Named = TypeVar("Named", types.Resource, types.ResourceTemplate, types.Prompt)
+Admits = Callable[[str, str, str], bool]
+"""`ProfileFilter.admits`: (qualified name, server, the server's own name) -> whether the profile may use it."""
 
 
-def _namespaced(server: str, items: Iterable[Named], admits: Callable[[str], bool]) -> list[Named]:
+def _namespaced(server: str, items: Iterable[Named], admits: Admits) -> list[Named]:
     """A server's resources, templates or prompts named like tools (`server__name`), those `admits` only,
     their descriptions and titles sanitized as tools' are (they reach the model's context the same way)."""
-    named = (item.model_copy(update={"name": qualified_name(server, item.name), **_cleaned(item)}) for item in items)
-    return [item for item in named if admits(item.name)]
+    named = (
+        (item.model_copy(update={"name": qualified_name(server, item.name), **_cleaned(item)}), item.name)
+        for item in items
+    )
+    return [item for item, own in named if admits(item.name, server, own)]
 
 
 def _cleaned(item: Any) -> dict[str, Any]:

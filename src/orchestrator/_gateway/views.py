@@ -26,7 +26,7 @@ from .._config import Settings
 from .._errors import ConfigError
 from .._formats import ClientNames
 from .._meta_tools import MetaTools, Offload, ToolRouter
-from .._planning import ProfileFilter, SpawnPlan, SpawnPlanner, effective_tool_search, matches_any
+from .._planning import ProfileFilter, SpawnPlan, SpawnPlanner, effective_tool_search
 from .._telemetry import Telemetry
 from ..protocols.mcp._catalog import ToolCatalog
 from ..protocols.mcp._normalization import MIN_NAME_LENGTH, hashed_name
@@ -159,7 +159,7 @@ class AgentView:
         for tool in self._held() if self._held is not None else ():
             if not tool.held or not self.rules.allows_server(tool.server):
                 continue
-            if not matches_any(tool.name, self.rules.allow) or matches_any(tool.name, self.rules.deny):
+            if not self.rules.admits(tool.name, tool.server, tool.tool):
                 continue
             short = (
                 hashed_name(tool.server, tool.tool, max_length=self.budget) if len(tool.name) > self.budget else None
