@@ -588,3 +588,22 @@ def test_text_with_combining_accents_is_found_by_a_request_typed_the_usual_way()
     assert [hit.name for hit in ToolSearchEngine(catalog, ranking="lexical").search("résumé détaillé")] == [
         "docs__render"
     ]
+
+
+def test_a_long_request_reads_a_bounded_number_of_postings(shared_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by red-teaming: each step of a long request read its words' postings, so 96 different steps of
+    the commonest words read them 96 times (57 million entries, 171 ms of a worker at 100,000 tools).
+    Steps with the same words are read once, and past LONG_QUERY_READS adjacent steps merge."""
+    from orchestrator.search import _engine
+
+    index = LexicalIndex(ToolCatalog.from_snapshot(shared_data / "catalogs").entries)
+    common = ["get", "list", "the", "a", "of", "to", "for", "create", "file", "user", "id", "name", "data"]
+    steps = [" ".join(common[i % 5 :] + common[: i % 5]) + f" step{i}." for i in range(MAX_STEPS)]
+    cost = sum(index.reads(index.query_terms(step)) for step in steps)
+    assert _engine._within_reads(index, steps) == steps  # under the budget: every step scored alone
+    monkeypatch.setattr(_engine, "LONG_QUERY_READS", cost // 10)
+    merged = _engine._within_reads(index, steps)
+    assert 1 < len(merged) < len(steps) and " ".join(merged) == " ".join(steps)
+    assert sum(index.reads(index.query_terms(step)) for step in merged) <= cost // 10
+    scores, candidates, _text = _engine._long_scores(index, "\n".join(steps))
+    assert candidates.size and float(scores.max()) > 0

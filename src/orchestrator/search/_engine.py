@@ -54,6 +54,11 @@ MAX_STEPS = 96
 """Steps of a long request scored separately (MAX_QUERY_CHARS of prose is about 60 steps); beyond this
 adjacent steps are merged, so scoring costs a bounded number of passes (each well under a millisecond at
 2,500 tools)."""
+LONG_QUERY_READS = 2_000_000
+"""Most postings entries the steps of one long request read together (about 8 ms here). Past it adjacent
+steps are merged, pair by pair, until they fit: 96 different steps of common words read 57 million at
+100,000 tools (171 ms of a worker thread per call). 8,000 characters of StableToolBench's requests read 1.4
+million at 50,000 tools, so real requests are ranked as before up to about 70,000."""
 MAX_EMBEDDED_STEPS = 5
 """Steps of a long request the hybrid blend embeds: the ones matching some tool best lexically. Each step of
 STEP_WORDS words costs about 7 ms of model time here (benchmarks/speed.py), so five keep a request of
@@ -535,13 +540,23 @@ def _long_scores(index: LexicalIndex, query: str) -> tuple[np.ndarray, np.ndarra
     Candidates are the tools sharing a word with any step. The blend gets the MAX_EMBEDDED_STEPS steps
     with the highest best score, in their order, one per line (the blend embeds line by line).
     """
-    steps = request_steps(query)
-    per_step = [index.scores(index.query_terms(step)) for step in steps]
-    strength = [float(s[c].max()) if c.size else 0.0 for s, c in per_step]
+    steps = _within_reads(index, request_steps(query))
+    # Steps with the same words score the same: each is read once (a request repeating one line of common
+    # words 96 times read their postings 96 times, 236 ms at 100,000 tools).
+    scored: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}
+    keys: list[tuple[str, ...]] = []
+    for step in steps:
+        terms = index.query_terms(step)
+        key = tuple(sorted(terms))
+        if key not in scored:
+            scored[key] = index.scores(terms)
+        keys.append(key)
+    strength_of = {key: float(s[c].max()) if c.size else 0.0 for key, (s, c) in scored.items()}
+    strength = [strength_of[key] for key in keys]
     top = max(strength)
     best = np.full(index.capacity, -np.inf)
     matched = np.zeros(index.capacity, dtype=bool)
-    for (step_scores, step_candidates), step_best in zip(per_step, strength, strict=True):
+    for (step_scores, step_candidates), step_best in zip(scored.values(), strength_of.values(), strict=True):
         if not step_candidates.size:
             continue
         matched[step_candidates] = True
@@ -552,6 +567,14 @@ def _long_scores(index: LexicalIndex, query: str) -> tuple[np.ndarray, np.ndarra
     scores = np.where(np.isfinite(best), best, 0.0)
     chosen = sorted(sorted(range(len(steps)), key=lambda i: -strength[i])[:MAX_EMBEDDED_STEPS])
     return scores, np.flatnonzero(matched), "\n".join(steps[i] for i in chosen)
+
+
+def _within_reads(index: LexicalIndex, steps: list[str]) -> list[str]:
+    """`steps`, adjacent ones merged pair by pair until scoring them reads at most LONG_QUERY_READS postings
+    entries (each step reads its words' postings once; merged, a word the two share is read once)."""
+    while len(steps) > 1 and sum(index.reads(index.query_terms(step)) for step in steps) > LONG_QUERY_READS:
+        steps = [" ".join(steps[i : i + 2]) for i in range(0, len(steps), 2)]
+    return steps
 
 
 def _constant(catalog: ToolCatalog) -> Callable[[], ToolCatalog]:

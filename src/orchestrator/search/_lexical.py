@@ -249,6 +249,11 @@ class LexicalIndex:
                 mask[corpus.servers[server]] = True
         return mask
 
+    def reads(self, terms: Iterable[str]) -> int:
+        """How many postings entries scoring `terms` reads (what `scores` costs)."""
+        postings = self._corpus.postings
+        return sum(len(posting[0]) for term in terms if (posting := postings.get(term)) is not None)
+
     def scores(self, terms: Sequence[str], within: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Dense BM25 scores by slot (0 for documents sharing no term) and the sorted slots of the
         documents that share one; with `within`, of those only the ones that can be among the best
