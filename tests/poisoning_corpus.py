@@ -11,7 +11,17 @@ from typing import Any
 from orchestrator.protocols.mcp._poisoning import scan_tool
 
 CORPUS_KEYS = frozenset(
-    {"id", "attack_class", "payload_location", "source", "notes", "payload_in_description", "extra_fields", "server"}
+    {
+        "id",
+        "attack_class",
+        "payload_location",
+        "source",
+        "notes",
+        "payload_in_description",
+        "extra_fields",
+        "server",
+        "siblings",
+    }
 )
 """The corpus's own keys: every other key of a line is part of the tool."""
 
@@ -27,6 +37,12 @@ def tool_of(row: dict[str, Any]) -> dict[str, Any]:
     return tool
 
 
+def row_findings(row: dict[str, Any]) -> tuple[Any, ...]:
+    """The detector's findings for one line's tool, listed with the names of its `siblings` (the other tools
+    its server lists, which its description may refer to)."""
+    return scan_tool(tool_of(row), own=row.get("siblings", ()))
+
+
 def detection(rows: list[dict[str, Any]]) -> tuple[dict[str, tuple[int, int]], dict[str, list[str]]]:
     """(found, total) per attack class, and the ids missed per class."""
     found: Counter[str] = Counter()
@@ -34,7 +50,7 @@ def detection(rows: list[dict[str, Any]]) -> tuple[dict[str, tuple[int, int]], d
     missed: dict[str, list[str]] = {}
     for row in rows:
         total[row["attack_class"]] += 1
-        if scan_tool(tool_of(row)):
+        if row_findings(row):
             found[row["attack_class"]] += 1
         else:
             missed.setdefault(row["attack_class"], []).append(row["id"])
