@@ -86,10 +86,13 @@ def scan_tools(tools: Sequence[Mapping[str, Any]], *, own: Collection[str] = ())
         where = _where(tools[index], value)
         found[index].setdefault((kind, where), Finding(kind, where, one_line(excerpt, EXCERPT_CHARS)))
 
-    names = text.names.joined()
+    names, prose = text.names.joined(), text.prose.joined()
     for channel, hits in (
-        (text.prose, rules.scan(text.prose.joined(), text.own, low=rules.lowered_parts(text.prose.parts))),
-        (text.names, rules.scan_identifiers(names, text.own)),
+        (
+            text.prose,
+            rules.scan(prose, text.own, low=rules.lowered_parts(text.prose.parts), summaries=text.summaries()),
+        ),
+        (text.names, rules.scan_identifiers(names, text.own, text.tools)),
         # Identifiers read as words: 'ignore_previous_instructions' is the order it spells.
         (text.names, rules.scan(names.replace("_", " ").replace("-", " "), text.own, identifiers=True)),
     ):
@@ -116,14 +119,14 @@ class _Channel:
         joined = rules.SEPARATOR.join(self.parts)
         # Part i starts after the lengths of the parts before it and i separators (summed without a Python loop).
         before = itertools.accumulate(map(len, self.parts[:-1]), initial=0)
-        self._starts = list(map(operator.add, before, itertools.count(0, len(rules.SEPARATOR))))
+        self.starts = list(map(operator.add, before, itertools.count(0, len(rules.SEPARATOR))))
         return joined
 
     def locate(self, offset: int) -> tuple[int, str]:
         """The tool index and original string of the part holding `offset` of `joined()`. An offset inside
         a separator belongs to the part after it: a string's first sentence starts on the separator's
         last line break (the sentence end before it), and was credited to the tool before."""
-        position = max(0, bisect.bisect_right(self._starts, offset + len(rules.SEPARATOR) - 1) - 1)
+        position = max(0, bisect.bisect_right(self.starts, offset + len(rules.SEPARATOR) - 1) - 1)
         return self.origins[position]
 
 
@@ -138,9 +141,13 @@ class _Text:
         self.prose = _Channel()
         self.names = _Channel()
         self.own: set[str] = {name.lower() for name in own}
+        self.tools: set[str] = set()
+        """The listing's tool names, lowercased."""
         """Every identifier of the listing (lowercased): what the server's own text may refer to."""
         self.foreign: list[tuple[int, str]] = []
         """(tool index, identifier) of identifiers with non-ASCII letters: checked for mixed scripts."""
+        self.descriptions: list[int] = []
+        """Which prose parts are a tool's description (the first string of each tool with that value)."""
         self.misplaced: list[tuple[int, str, str]] = []
         """(tool index, value, kind) of values a schema does not expect where they are (`_misplaced`)."""
         # The channels' lists, held here too: `add_tool` appends to them for every string of the listing.
@@ -148,8 +155,12 @@ class _Text:
         self._name_parts, self._name_origins = self.names.parts, self.names.origins
 
     def add_tool(self, index: int, tool: dict[str, Any]) -> None:
+        if type(name := tool.get("name")) is str:
+            self.tools.add(name.lower())
         strings: list[str] = []
         self._visit(index, tool, "", 0, strings)
+        description = tool.get("description")
+        first = len(self._prose_parts)
         # Each distinct string to its channel, in the walk's order (a string twice in one tool is one finding):
         # prose as it is, identifiers lowercased.
         identifiers: list[str] = []
@@ -166,10 +177,19 @@ class _Text:
                 prose.append(rules.without_separators(value))
                 prose_origins.append((index, value))
                 self.own.add(value.lower())
+        if type(description) is str:
+            self.descriptions += [
+                first + i for i, (_, value) in enumerate(self._prose_origins[first:]) if value == description
+            ][:1]
         lowered = [identifier.lower() for identifier in identifiers]
         self._name_parts += lowered
         self._name_origins += zip(itertools.repeat(index), identifiers)
         self.own.update(lowered)
+
+    def summaries(self) -> list[int]:
+        """Where each tool's description starts in the joined prose (after `prose.joined()`)."""
+        starts = self.prose.starts
+        return [starts[part] for part in self.descriptions]
 
     def _visit(self, index: int, node: dict[str, Any] | list[Any], parent: str, depth: int, out: list[str]) -> None:
         """Every string of `node` (keys, and values but JSON-schema words) onto `out`, in document order."""

@@ -14,7 +14,7 @@ import binascii
 import bisect
 import re
 import unicodedata
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
 from ._literals import INDEX_BITS, Literals
@@ -82,9 +82,12 @@ class _Doc:
     done: set[tuple[str, int]] = field(default_factory=set)
     owned: dict[str, bool] = field(default_factory=dict)
     """Names already judged own or foreign (`_is_own`)."""
-    results: dict[tuple[str, bool, str], tuple[str, int, int] | None] = field(default_factory=dict)
+    summaries: frozenset[int] = frozenset()
+    """Where each tool's description starts: its first sentence says what the tool does."""
+    results: dict[tuple[str, bool, bool, str], tuple[str, int, int] | None] = field(default_factory=dict)
     """What each sentence rule found in each sentence text read so far: (rule, whether the text opens the
-    document, the sentence with the character before it) -> (kind, start, end) relative to the sentence."""
+    document, whether it opens a description, the sentence with the character before it) -> (kind, start,
+    end) relative to the sentence."""
     _last: tuple[int, int] = (0, 0)
     _words_of: tuple[int, int] = (-1, -1)
     token_end: int = -1
@@ -133,6 +136,11 @@ class _Doc:
                 self._letters = _letters(self.ascii)
             self._words = set(self._letters[start:end].split())
         return self._words
+
+    def opens_summary(self, start: int) -> bool:
+        """Whether the sentence starting at `start` opens a tool's description (a sentence starts on the
+        line break before its string)."""
+        return start in self.summaries or start + 1 in self.summaries
 
     def first_time(self, rule: str, start: int) -> bool:
         """Whether `rule` has not read the sentence starting at `start` yet (and now has)."""
@@ -447,9 +455,22 @@ def _system(doc: _Doc, pos: int) -> Hit | None:
     found = _SYSTEM_MARK.match(low, pos)
     if found is None or (pos and low[pos - 1].isalpha()):
         return None
-    if found.group(0).endswith((":", "]")) and not (doc.raw[pos : pos + 6] == "SYSTEM" or _line_start(low, pos)):
-        return None  # "operating system: linux" is a field, not a turn
+    if pos and low[pos - 1] == "`" and "_" in found.group(0):
+        return None  # `system_prompt`: a parameter's name, quoted in the tool's documentation
+    if not (doc.raw[pos : pos + 6] == "SYSTEM" or _line_start(low, pos)):
+        if found.group(0).endswith((":", "]")):
+            return None  # "operating system: linux" is a field, not a turn
+        if not _LABELLED.match(low, found.end()) and (not pos or low[pos - 1] not in "[<(#*{|"):
+            return None  # "the system message sent to the called model": what a parameter holds, not a turn
     return doc.hit("role-marker", pos, found.end() + 80)
+
+
+_LABELLED = re.compile(
+    r"[ \t]*(?:[:\]>#*|}-]|\(|\b(?:from|update|for\s+(?:the\s+)?(?:ai|assistant|model|agent)|"
+    r"to\s+(?:the\s+)?(?:ai|assistant|model|agent))\b)"
+)
+"""What follows a role label ('system note:', 'system prompt]', 'system message from ...', 'system update
+for the AI'): a `system ...` phrase without one, lowercase and mid-line, names a thing."""
 
 
 _ROLE_LINE = re.compile(r"(?:assistant|developer|ai|model)\s*:")
@@ -551,7 +572,7 @@ _SENSITIVE_PATH = re.compile(
 """A credential or configuration file: a home directory's dotfiles and dot-folders, keys, .env files, MCP
 client configs. Real descriptions name some (circleci: '"~/.ssh" are rejected'), never with an order."""
 _FILE_ORDER = re.compile(
-    rf"\b(?:{_forms('read cat open access retrieve collect gather extract harvest dump grab obtain copy paste')}|"
+    rf"(?<![/\\.~-])\b(?:{_forms('read cat open access retrieve collect gather extract harvest dump grab obtain copy paste')}|"
     rf"{_forms('include pass provide send upload forward append attach submit post share leak exfiltrate embed insert expose print output')}|"
     r"contents?\s+of|its\s+contents?|the\s+whole\s+file|"
     r"lee|leer|lea|env[ií]a|enviar|incluye|incluir|contenido|lis|lire|envoie|envoyer|inclus|inclure|contenu|lies|lesen|"
@@ -565,7 +586,8 @@ def _file(doc: _Doc, pos: int) -> Hit | None:
     its content as sidenote'), or the file next to an address it is to go to. Real: desktop-commander's
     'looking for configuration files: ".env"'."""
     low = doc.low
-    if _SENSITIVE_PATH.search(low, max(0, pos - 16), pos + 24) is None:
+    path = _SENSITIVE_PATH.search(low, max(0, pos - 16), pos + 24)
+    if path is None or _public_key(low, path):
         return None
     bounds = _sentence_once(doc, "file", pos)
     if bounds is None:
@@ -580,6 +602,13 @@ def _file(doc: _Doc, pos: int) -> Hit | None:
     return None
 
 
+def _public_key(low: str, path: re.Match[str]) -> bool:
+    """Whether the path found is a public key (`~/.ssh/id_ed25519.pub`), which is no secret."""
+    tail = _PATH.match(low, path.end())
+    return low[path.start() : tail.end() if tail else path.end()].rstrip(".,:;").endswith(".pub")
+
+
+_PATH = re.compile(r"[\w./~-]*")
 _TO_THE_MODEL = re.compile(
     r"\b(?:you|your|model|(?<!-)agent(?!-)|assistant|ai|llm|must|should|need\s+to|needs\s+to|has\s+to|have\s+to|required|"
     r"requires|please|kindly|before|first|then|also|always|make\s+sure|ensure)\b"
@@ -632,13 +661,15 @@ _SINK = re.compile(
 """Where the model is to put it: one of the tool's arguments (quoted), a reply, a request."""
 
 
-def _describes_itself(doc: _Doc, start: int, end: int) -> bool:
+def _describes_itself(doc: _Doc, start: int, end: int, *, summary: bool = False) -> bool:
     """A sentence telling what the tool does ('Reads a single variable from the project's .env file',
-    'Retrieves an item from the user's password vault'): it opens with a verb in the third person, and
-    nothing in it speaks to the model or says where to put what is read. An order is an imperative, a
-    modal or addressed to the model ('read ~/.ssh/config and quote it', 'the model has to load ...')."""
+    'Retrieves an item from the user's password vault'): it opens with a verb in the third person (with
+    `summary`, or opens the tool's description: 'Store a short summary of the current conversation in the
+    user's long-term memory'), and nothing in it speaks to the model or says where to put what is read. An
+    order is an imperative, a modal or addressed to the model ('read ~/.ssh/config and quote it', 'the model
+    has to load ...'), and a field's description tells the model what to put in the field."""
     first = _FIRST_WORD.match(doc.low, start, end)
-    if first is None or first.group(1) not in _TOOL_ACTIONS:
+    if not (first is not None and first.group(1) in _TOOL_ACTIONS) and not (summary and doc.opens_summary(start)):
         return False
     return not _TO_THE_MODEL.search(doc.low, start, end) and not _SINK.search(doc.low, start, end)
 
@@ -668,9 +699,16 @@ def _secret(doc: _Doc, start: int, end: int) -> Hit | None:
         return doc.hit("secret-access", found.start(), found.end() + 40)
     noun = _SECRET_NOUN.search(low, start, end)
     if noun and _SOURCE.search(low, start, end) and _SINK.search(low, noun.end(), end):
-        if not _FORBIDDEN.search(low, start, noun.start()):
+        if not _FORBIDDEN.search(low, start, noun.start()) and not _WITHHELD.search(low, noun.end(), end):
             return doc.hit("secret-access", start, end)
     return None
+
+
+_WITHHELD = re.compile(
+    r"\b(?:is|are|gets?|will\s+be|was|were)\s+(?:never|not)\s+(?:\S+\s+)?(?:included|returned|sent|shown|logged|stored|"
+    r"exposed|passed|shared|printed|echoed|written|displayed)\b"
+)
+"""'The full secret is never included in the result' (a secret scanner): the sentence withholds it."""
 
 
 _FORBIDDEN = re.compile(
@@ -728,7 +766,7 @@ def _context(doc: _Doc, start: int, end: int) -> Hit | None:
     if not doc.words(start, end) & _CONTEXT_WORDS:
         return None
     found = _LEAK.search(low, start, end) if doc.words(start, end) & _LEAK_WORDS else None
-    if found:
+    if found and not _describes_itself(doc, start, end, summary=True):
         return doc.hit("context-leak", found.start(), found.end() + 40)
     noun = _CONTEXT_NOUN.search(low, start, end)
     if noun and _SINK.search(low, noun.end(), end) and not _FORBIDDEN.search(low, start, noun.start()):
@@ -1266,9 +1304,10 @@ IDENTIFIER_ANCHORS = (
 """Substrings of an identifier worth reading as words (the rest are ordinary names)."""
 
 
-def scan_identifiers(joined: str, own: set[str]) -> Iterator[Hit]:
+def scan_identifiers(joined: str, own: set[str], tools: Collection[str] = ()) -> Iterator[Hit]:
     """Hits in identifiers (lowercased, one per string of `joined`) read as words: a name for a leak or an
-    injection ('system_prompt', '_injection'), or an order ('content_from_reading_ssh_id_rsa')."""
+    injection ('system_prompt', '_injection'), or an order ('content_from_reading_ssh_id_rsa'). A tool's own
+    name (`tools`, lowercased) says what the tool does: `write_secret` is no order to the model."""
     occurrences: list[list[int]] = [[] for _ in IDENTIFIER_ANCHORS]
     for code in _IDENTIFIER_LITERALS.find(joined):
         occurrences[code & _INDEX_MASK].append(code >> INDEX_BITS)
@@ -1283,14 +1322,14 @@ def scan_identifiers(joined: str, own: set[str]) -> Iterator[Hit]:
                 end = joined.find("\n", pos)
                 identifier = joined[start : len(joined) if end < 0 else end]
                 if identifier not in read:
-                    hit = _identifier(identifier, 0, own)
+                    hit = _identifier(identifier, 0, own, identifier in tools)
                     read[identifier] = None if hit is None else (hit.kind, hit.excerpt)
                 found = read[identifier]
                 if found is not None:
                     yield Hit(found[0], start, found[1])
 
 
-def _identifier(identifier: str, start: int, own: set[str]) -> Hit | None:
+def _identifier(identifier: str, start: int, own: set[str], tool: bool = False) -> Hit | None:
     if len(identifier) > IDENTIFIER_CHARS:
         return None
     words = " ".join(part for part in _IDENTIFIER_SPLIT.split(identifier) if part).lower()
@@ -1298,7 +1337,9 @@ def _identifier(identifier: str, start: int, own: set[str]) -> Hit | None:
         return Hit("instruction-block" if "inject" in words else "context-leak", start, identifier)
     if " " not in words:
         return None
-    if _SENSITIVE_WORDS.search(words) and not _SWITCH.fullmatch(words) and _ORDER.search(_KEY_NAMES.sub("key", words)):
+    if tool or _SWITCH.fullmatch(words):
+        pass  # a tool's name, a switch: what the tool does, not an order
+    elif _SENSITIVE_WORDS.search(words) and _ORDER.search(_KEY_NAMES.sub("key", words)):
         return Hit("secret-access", start, identifier)
     for hit in scan(words, own):
         return Hit(hit.kind, start, identifier)
@@ -1396,12 +1437,19 @@ IDENTIFIER_WORD_ANCHORS = tuple(
 """What identifiers read as words are checked for (orders and leaks; not prose-only structure)."""
 
 
-def scan(raw: str, own: set[str], *, identifiers: bool = False, low: str | None = None) -> Iterator[Hit]:
+def scan(
+    raw: str,
+    own: set[str],
+    *,
+    identifiers: bool = False,
+    low: str | None = None,
+    summaries: Collection[int] = (),
+) -> Iterator[Hit]:
     """Every hit in `raw` (the joined prose of one listing, or its identifiers read as words); `low` is
-    `lowered(raw)` when the caller has it."""
+    `lowered(raw)` when the caller has it; `summaries` are where the tools' descriptions start in it."""
     if low is None:
         low = lowered(raw)
-    doc = _Doc(raw, low, own, identifiers)
+    doc = _Doc(raw, low, own, identifiers, summaries=frozenset(summaries))
     if not identifiers:  # identifiers reach here printable ASCII
         yield from _invisible(raw)
     # Every anchor's occurrences first, then the checks in text order, so each sentence is bounded once.
@@ -1438,7 +1486,7 @@ def _sentence_hit(doc: _Doc, check: _SentenceCheck, bounds: tuple[int, int], tex
     descriptions repeat sentences (a parameter's description in every tool). The excerpt is cut again, from
     where the sentence is."""
     start = bounds[0]
-    key = (check.rule, start == 0, text)
+    key = (check.rule, start == 0, doc.opens_summary(start), text)
     if key in doc.results:
         found = doc.results[key]
         return None if found is None else doc.hit(found[0], start + found[1], start + found[2])
