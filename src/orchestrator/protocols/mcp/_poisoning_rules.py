@@ -281,7 +281,8 @@ _CONTEXT = (
     r"(?:conversation(?:\s+(?:history|context|transcript|log|so\s+far))?|chat(?:\s+(?:history|so\s+far|log|transcript))|"
     r"(?:entire|whole|full|complete)\s+(?:chat|conversation|transcript|context|history|dialogue)|"
     r"(?:previous|prior|earlier|past|recent)\s+(?:user\s+|assistant\s+)?(?:messages?|turns?|exchanges?|prompts?|inputs?)|"
-    r"user'?s?\s+(?:previous\s+|last\s+|full\s+|complete\s+|entire\s+|original\s+)?(?:messages?|prompts?|inputs?)|"
+    r"user'?s?\s+(?:previous\s+|last\s+|full\s+|complete\s+|entire\s+|original\s+)?(?:\d+\s+|two\s+|three\s+|five\s+|ten\s+)?"
+    r"(?:messages?|prompts?|inputs?)|(?:assistant|model|agent|ai)'s\s+(?:\S+\s+){0,2}?(?:instructions|prompt|guidelines)|"
     r"(?:complete|full|entire)\s+user\s+(?:message|request|prompt)|system\s+prompt|(?:your|the)\s+(?:system\s+)?instructions|"
     r"every\s+(?:user\s+and\s+assistant\s+)?turn|tool\s+list|list\s+of\s+(?:your\s+|all\s+)?(?:available\s+)?tools|"
     r"(?:everything|what|things|text|words|messages|lines)\s+(?:\S+\s+){0,2}?(?:the\s+)?user\s+(?:has\s+)?"
@@ -576,9 +577,11 @@ _FILE_ORDER = re.compile(
     rf"{_forms('include pass provide send upload forward append attach submit post share leak exfiltrate embed insert expose print output')}|"
     r"contents?\s+of|its\s+contents?|the\s+whole\s+file|"
     r"lee|leer|lea|env[ií]a|enviar|incluye|incluir|contenido|lis|lire|envoie|envoyer|inclus|inclure|contenu|lies|lesen|"
-    r"sende|senden|inhalt|füge|读取|发送|読み)\b"
+    r"sende|senden|inhalt|füge|leggi|leggere|invia|inviare|contenuto|leia|ler|envie|conteúdo|odczytaj|przeczytaj|wyślij|"
+    r"zawartość|lees|stuur|inhoud|прочита\w*|переда\w*|отправ\w*|содержим\w*|读取|发送|読み)\b"
 )
-"""English orders, and the same few verbs in Spanish, French and German (a sensitive path makes them count)."""
+"""English orders, and the same few verbs in Spanish, French, German, Italian, Portuguese, Polish, Dutch,
+Russian, Chinese and Japanese (a sensitive path makes them count)."""
 
 
 def _file(doc: _Doc, pos: int) -> Hit | None:
@@ -701,6 +704,9 @@ def _secret(doc: _Doc, start: int, end: int) -> Hit | None:
     if noun and _SOURCE.search(low, start, end) and _SINK.search(low, noun.end(), end):
         if not _FORBIDDEN.search(low, start, noun.start()) and not _WITHHELD.search(low, noun.end(), end):
             return doc.hit("secret-access", start, end)
+    slot = _FILL.search(low, start, end) if doc.words(start, end) & _FILL_WORDS else None
+    if slot and _SECRET_NOUN.search(low, slot.end(), end) and _SOURCE.search(low, slot.end(), end):
+        return doc.hit("secret-access", slot.start(), end)
     return None
 
 
@@ -771,7 +777,21 @@ def _context(doc: _Doc, start: int, end: int) -> Hit | None:
     noun = _CONTEXT_NOUN.search(low, start, end)
     if noun and _SINK.search(low, noun.end(), end) and not _FORBIDDEN.search(low, start, noun.start()):
         return doc.hit("context-leak", start, end)
+    slot = _FILL.search(low, start, end) if doc.words(start, end) & _FILL_WORDS else None
+    if slot and _CONTEXT_NOUN.search(low, slot.end(), end):
+        return doc.hit("context-leak", slot.start(), end)
     return None
+
+
+_FILL = re.compile(
+    r"\b(?:set|fill|populate|replace|overwrite)\s+(?:this\s+|the\s+)?(?:value|field|parameter|argument|"
+    r"`?[a-z][a-z0-9]*(?:_[a-z0-9]+)+`?)\s+(?:to|with)\b"
+    r"|\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+`?\s+(?:then\s+|also\s+|now\s+)?(?:carries|contains|holds|receives|takes)\b"
+)
+"""A parameter told what to carry ('set cache_key to', 'Replace this value with', 'session_ref then carries'):
+with the conversation or a secret the user has after it, the model is to hand them over."""
+_FILL_WORDS = frozenset("set fill populate replace overwrite carries contains holds receives takes".split())
+"""A word `_FILL` needs: a sentence without one is not searched."""
 
 
 _NEGATION = re.compile(
@@ -1055,12 +1075,15 @@ def _foreign(doc: _Doc, pos: int) -> Hit | None:
     found = _TOKEN.match(low, pos)
     end = found.end() if found else pos + 1
     doc.token_end = end
-    if low[start + 1 : end].strip("._-`'\"(*[{<:,;)") in doc.own:
+    token = low[start + 1 : end].strip("._-`'\"(*[{<:,;)")
+    if token in doc.own:
         return None  # most names in a description are the server's own parameters and tools
     bounds = _sentence_once(doc, "foreign", pos)
     if bounds is None:
         return None
     low, (start, end) = doc.low, bounds
+    if _STRONG_ABROAD.search(low, start, end) and not _is_own_cached(doc, token):
+        return doc.hit("cross-tool", start, end)  # another server's tool named in an order in another language
     if not doc.words(start, end) & _STRONG_WORDS or not _STRONG.search(low, start, end):
         return None
     for found in _FOREIGN_ORDER.finditer(low, start, end):
@@ -1356,8 +1379,72 @@ def mixed_script(identifier: str) -> bool:
     return len(scripts) > 1 and ("LATIN" in scripts or "FULLWIDTH" in scripts)
 
 
+# ---------------------------------------------------------------------------------------------- other languages
+
+_STRONG_ABROAD = re.compile(
+    r"\b(?:immer|stets|siempre|toujours|sempre|всегда|zawsze|altijd|jedes\s+mal|cada\s+vez|chaque\s+fois|ogni\s+volta)\b"
+    r"|常に|必ず|总是|始终|一律"
+)
+"""'Always' in the languages seen in attacks so far: with another server's tool named, an order about it."""
+_PREVIOUS_ABROAD = (
+    r"(?:previas|anteriores|precedentes|précédentes|antérieures|vorherigen|bisherigen|früheren|precedenti|"
+    r"предыдущие|прежние|poprzednie|wcześniejsze|eerdere|vorige)"
+)
+_INSTRUCTIONS_ABROAD = (
+    r"(?:instrucciones|indicaciones|instructions|consignes|anweisungen|vorgaben|istruzioni|indicazioni|instruções|"
+    r"orientações|инструкции|указания|instrukcje|polecenia|instructies)"
+)
+_OVERRIDE_ABROAD = re.compile(
+    rf"{_INSTRUCTIONS_ABROAD}\s+(?:\S+\s+){{0,6}}?{_PREVIOUS_ABROAD}|{_PREVIOUS_ABROAD}\s+(?:\S+\s+){{0,2}}?{_INSTRUCTIONS_ABROAD}"
+    r"|(?:之前|以前|先前)的(?:所有)?(?:指令|指示|说明)|(?:以前|前)の指示"
+)
+"""Earlier instructions, in Spanish, French, German, Italian, Portuguese, Russian, Polish, Dutch, Chinese and
+Japanese: with a word cancelling them (`_CANCEL_ABROAD`), an override."""
+_CANCEL_ABROAD = re.compile(
+    r"\b(?:anulad[oa]s?|anula|ignora\w*|ignore\w*|ignoriere\w*|ya\s+no|ne\s+s'appliquent\s+plus|plus\s+valables?|"
+    r"gelten\s+nicht|aufgehoben|ungültig|non\s+valgono|non\s+sono\s+più|desconsidere|não\s+se\s+aplicam|"
+    r"игнорир\w*|не\s+действуют|больше\s+не|zignoruj|nie\s+obowiązują|negeer|gelden\s+niet)"
+    r"|忽略|無視|破棄|不再"
+)
+_CONCEAL_ABROAD = re.compile(
+    r"\b(?:sin\s+(?:consultar|informar|avisar|decir)(?:le)?\s+al\s+usuario|no\s+(?:se\s+lo\s+)?(?:digas|menciones|informes|"
+    r"expliques|comentes)\s+al\s+usuario|inutile\s+d'(?:expliquer|informer|en\s+parler)|sans\s+(?:en\s+)?(?:informer|"
+    r"prévenir|avertir)\s+l'utilisateur|ne\s+(?:le\s+|lui\s+)?(?:dites|mentionnez|signalez)\s+pas|"
+    r"(?:muss|müssen|soll|sollte)\s+(?:dem|den)\s+(?:nutzer|benutzer|anwender)\w*\s+nicht|ohne\s+(?:den|die)\s+"
+    r"(?:nutzer|benutzer)\w*\s+zu\s+(?:informieren|fragen)|senza\s+(?:informare|avvisare|dire)|non\s+(?:dirlo|menzionarlo|"
+    r"spiegarlo)|não\s+precisa\s+ser\s+comentad[oa]|sem\s+(?:informar|avisar)\s+o\s+usuário|não\s+(?:mencione|informe|"
+    r"diga)|сообщать\s+пользователю\s+(?:\S+\s+){0,3}?не\s+нужно|не\s+(?:сообщай|говори|упоминай)\w*|nie\s+(?:informuj|"
+    r"mów|wspominaj)|zonder\s+de\s+gebruiker|niet\s+(?:aan|tegen)\s+de\s+gebruiker)"
+    r"|ユーザー[^。\n]{0,30}(?:触れないで|伝えないで|言わないで|知らせないで)|不要(?:告诉|通知|提及)用户"
+)
+"""Keeping it from the user, in the same languages."""
+
+
+@_per_sentence("abroad")
+def _abroad(doc: _Doc, start: int, end: int) -> Hit | None:
+    """Orders in other languages, read as the English rules read them: earlier instructions cancelled, the
+    user kept in the dark. Their vocabulary is small; a language not among them passes (docs/security.md)."""
+    low = doc.low
+    found = _OVERRIDE_ABROAD.search(low, start, end)
+    if found and _CANCEL_ABROAD.search(low, start, end):
+        return doc.hit("override", found.start(), found.end() + 60)
+    found = _CONCEAL_ABROAD.search(low, start, end)
+    if found:
+        return doc.hit("concealment", found.start(), found.end() + 40)
+    return None
+
+
 # ---------------------------------------------------------------------------------------------- anchors
 
+_ABROAD_ANCHORS = (
+    "previa", "anterior", "précédent", "antérieur", "vorherig", "bisherig", "früher", "preceden", "предыдущ", "прежн",
+    "poprzedni", "wcześniejsz", "eerdere", "之前的", "以前的", "先前的", "前の指示", "usuario", "usuário", "utilisateur",
+    "nutzer", "utente", "пользовател", "użytkownik", "gebruiker", "ユーザー", "用户", "inutile d'", "ne le dites",
+    "ne dites", "senza ", "non dirlo", "non menzion", "nie informuj", "nie mów", "nie wspominaj", "не сообщ", "не говор",
+    "не упомина",
+)  # fmt: skip
+"""Where `_abroad` reads the sentence: its words for 'earlier' (instructions) and for the user, and a few
+negations; none of them English, so English text costs nothing more."""
 MARKS: dict[str, Check] = {"<": _angle, "[": _square, "{": _curly, "#": _hash, "@": _email}
 """Single characters that open markup or an address."""
 ANCHORS: tuple[tuple[str, tuple[Check, ...]], ...] = (
@@ -1426,6 +1513,9 @@ ANCHORS: tuple[tuple[str, tuple[Check, ...]], ...] = (
     ("inferior", (_promotion,)),
     ("_", (_foreign,)),
     ("to http", (_url,)),
+    (" at http", (_url,)),
+    (" via http", (_url,)),
+    *((anchor, (_abroad,)) for anchor in _ABROAD_ANCHORS),
 )
 """Each literal anchor (lowercase) and the checks run on the sentence around its occurrences."""
 IDENTIFIER_WORD_ANCHORS = tuple(
