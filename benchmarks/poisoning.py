@@ -44,8 +44,16 @@ SETS = (
     ("blind3", OWN / "blind3.jsonl"),
     ("blind4", OWN / "blind4.jsonl"),
     ("blind5", OWN / "blind5.jsonl"),
+    ("blind6", OWN / "blind6.jsonl"),
 )
-FIRST_SCANS = {"blind": "12/24", "blind2": "14/24", "blind3": "7/20", "blind4": "18/24", "blind5": "10/20"}
+FIRST_SCANS = {
+    "blind": "12/24",
+    "blind2": "14/24",
+    "blind3": "7/20",
+    "blind4": "18/24",
+    "blind5": "10/20",
+    "blind6": "12/20",
+}
 """Each blind set's result when it was first scanned, before any rule changed for it (the only unbiased
 figures: every later figure is after tuning on that set)."""
 TARGET_MS = 50.0
@@ -76,7 +84,12 @@ def main() -> int:
         print(f"\n{name} ({path.relative_to(path.parents[2])}): {hits}/{size} detected ({hits / size:.0%}){first}")
         table(["class", "found", "rate", "missed"], lines)
 
-    for name, first in (("hard-benign", None), ("hard-benign2", "7/16"), ("hard-benign3", "7/30")):
+    for name, first in (
+        ("hard-benign", None),
+        ("hard-benign2", "7/16"),
+        ("hard-benign3", "7/30"),
+        ("hard-benign4", "2/20"),
+    ):
         rows = load(OWN / f"{name}.jsonl")
         wrong = [row["id"] for row in rows if row_findings(row)]
         before = f"; first scan, before tuning on it: {first} flagged" if first else ""

@@ -45,17 +45,18 @@ def test_published_attacks_are_detected_in_every_class(published: list[dict[str,
         assert found >= (0.6 if kind == "implicit/benign-looking" else 0.9) * total, kind
 
 
-@pytest.mark.parametrize("name", ["heldout", "blind", "blind2", "blind3", "blind4", "blind5"])
+@pytest.mark.parametrize("name", ["heldout", "blind", "blind2", "blind3", "blind4", "blind5", "blind6"])
 def test_attacks_written_in_other_words_are_detected(name: str) -> None:
-    """blind4 and blind5 were written by helpers that never read the rules: 18 of 24 and 10 of 20 on their
-    first scans (benchmarks/poisoning.py prints both, and what is missed now)."""
+    """blind4, 5 and 6 were written by helpers that never read the rules: 18 of 24, 10 of 20 and 12 of 20 on
+    their first scans. blind6 is left untuned: all 8 it misses are in languages the rules have no words for
+    (Korean, Turkish, Vietnamese, Czech, Greek, Hindi, Arabic, and a Portuguese phrasing)."""
     rows = load(OWN_SETS / f"{name}.jsonl")
     table, missed = detection(rows)
     hits = show(f"{name} (written for this project)", table, missed)
     assert hits >= MIN_DETECTED.get(name, 0.9) * len(rows)
 
 
-MIN_DETECTED = {"blind4": 0.85, "blind5": 0.5}
+MIN_DETECTED = {"blind6": 0.6}
 """Sets detected below 0.9: what the rules find of attacks in phrasings and languages they were not tuned on."""
 
 
@@ -70,22 +71,33 @@ def test_no_real_tool_is_flagged(shared_data: Path) -> None:
     assert flagged == []
 
 
-@pytest.mark.parametrize("name", ["hard-benign.jsonl", "hard-benign2.jsonl", "hard-benign3.jsonl"])
+@pytest.mark.parametrize(
+    "name", ["hard-benign.jsonl", "hard-benign2.jsonl", "hard-benign3.jsonl", "hard-benign4.jsonl"]
+)
 def test_legitimate_tools_near_the_rules_are_not_flagged(name: str) -> None:
     """A key path as a default, a `.env` lister, 'do not ask the user', 'IMPORTANT: use absolute paths'...
-    hard-benign2 and 3 were written later, without reading the rules; on their first scans 7 of 16 and 7 of
-    30 were flagged (a tool saying what it reads or stores, 'ssh-agent' read as the model, a public key as a
-    secret, 'write_secret' as an order, 'the system message sent to the called model' as a role turn). One
-    stays flagged by choice: a parameter named `system_prompt` asks the model for a system prompt, and the
-    operator approving an LLM proxy once is cheaper than missing a tool that collects the model's own."""
+    hard-benign2, 3 and 4 were written later, without reading the rules; on their first scans 7 of 16, 7 of
+    30 and 2 of 20 were flagged (a tool saying what it reads or stores, 'ssh-agent' read as the model, a
+    public key as a secret, 'write_secret' as an order, 'the system message sent to the called model' as a
+    role turn, Latin in Japanese as a homoglyph). Two stay flagged (`STILL_FLAGGED`)."""
     flagged = {row["id"]: [str(f) for f in row_findings(row)] for row in load(OWN_SETS / name)}
-    assert {name: found for name, found in flagged.items() if found} == DELIBERATE.get(name, {})
+    assert {name: found for name, found in flagged.items() if found} == STILL_FLAGGED.get(name, {})
 
 
-DELIBERATE = {
+STILL_FLAGGED = {
+    # By choice: a parameter named `system_prompt` asks the model for a system prompt; the operator approving
+    # an LLM proxy once is cheaper than missing a tool that collects the model's own.
     "hard-benign3.jsonl": {
         "hb3-llm-proxy-chat-completion": ["context-leak in inputSchema.properties.system_prompt: system_prompt"]
-    }
+    },
+    # A false positive left: "stores the temporary credentials ... via `--profile`" reads the quoted CLI flag
+    # as the argument the credentials are to go into.
+    "hard-benign4.jsonl": {
+        "hb4-aws-assume-role": [
+            "secret-access in description: Calls STS AssumeRole for a role ARN and stores the temporary credentials "
+            "in a named profile in\u2026"
+        ]
+    },
 }
 
 
@@ -179,7 +191,7 @@ def test_every_attack_is_flagged_on_its_own_tool_wherever_it_sits_in_a_listing(
     ping = {"name": "ping", "description": "Check the server is up."}
     rows = published + [
         row
-        for name in ("heldout", "blind", "blind2", "blind3", "blind4", "blind5")
+        for name in ("heldout", "blind", "blind2", "blind3", "blind4", "blind5", "blind6")
         for row in load(OWN_SETS / f"{name}.jsonl")
     ]
     wrong = []

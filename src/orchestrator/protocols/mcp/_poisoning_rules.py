@@ -684,7 +684,7 @@ _TOOL_ACTIONS = frozenset(
         "read retrieve get fetch list return create update delete remove register run execute scan search find "
         "look load open parse check validate verify resolve manage store save generate compute query show "
         "display configure set install start stop connect authenticate import download sync rotate mask redact "
-        "encrypt decrypt"
+        "encrypt decrypt call invoke assume refresh exchange issue request obtain"
     ).split()
     for form in (verb + "s", verb + "es", verb[:-1] + "ies")
 )
@@ -1370,13 +1370,22 @@ def _identifier(identifier: str, start: int, own: set[str], tool: bool = False) 
 
 
 def mixed_script(identifier: str) -> bool:
-    """Letters from more than one script, one of them Latin (homoglyphs: 'reаd_file', 'ορen_url')."""
+    """Latin letters with letters of a script that imitates them (homoglyphs: 'reаd_file', 'ορen_url', '𝐫ead').
+    Latin among Japanese, Chinese or Korean ('OAuth認証を開始') is how those languages are written."""
     scripts = set()
     for char in identifier:
         if char.isalpha():
             name = unicodedata.name(char, "")
             scripts.add(name.split(" ", 1)[0] if name else "?")
-    return len(scripts) > 1 and ("LATIN" in scripts or "FULLWIDTH" in scripts)
+    if "LATIN" in scripts:
+        return bool(scripts & _LOOKALIKE_SCRIPTS)
+    return "FULLWIDTH" in scripts and bool(scripts & (_LOOKALIKE_SCRIPTS - {"FULLWIDTH"}))
+
+
+_LOOKALIKE_SCRIPTS = frozenset(
+    "CYRILLIC GREEK ARMENIAN CHEROKEE COPTIC GEORGIAN MATHEMATICAL FULLWIDTH LISU MODIFIER SMALL ?".split()
+)
+"""Scripts (by Unicode name prefix) with letters that pass for Latin ones (Unicode TR39's confusables)."""
 
 
 # ---------------------------------------------------------------------------------------------- other languages
