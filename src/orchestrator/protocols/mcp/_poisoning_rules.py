@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import itertools
 import re
 import unicodedata
 from collections.abc import Callable, Collection, Iterator
@@ -138,9 +139,8 @@ class _Doc:
         return self._words
 
     def opens_summary(self, start: int) -> bool:
-        """Whether the sentence starting at `start` opens a tool's description (a sentence starts on the
-        line break before its string)."""
-        return start in self.summaries or start + 1 in self.summaries
+        """Whether the sentence starting at `start` opens a tool's description."""
+        return start in self.summaries
 
     def first_time(self, rule: str, start: int) -> bool:
         """Whether `rule` has not read the sentence starting at `start` yet (and now has)."""
@@ -1082,7 +1082,8 @@ def _foreign(doc: _Doc, pos: int) -> Hit | None:
     if bounds is None:
         return None
     low, (start, end) = doc.low, bounds
-    if _STRONG_ABROAD.search(low, start, end) and not _is_own_cached(doc, token):
+    abroad = doc.words(start, end) & _STRONG_ABROAD_WORDS or not low[start:end].isascii()
+    if abroad and _STRONG_ABROAD.search(low, start, end) and not _is_own_cached(doc, token):
         return doc.hit("cross-tool", start, end)  # another server's tool named in an order in another language
     if not doc.words(start, end) & _STRONG_WORDS or not _STRONG.search(low, start, end):
         return None
@@ -1395,6 +1396,8 @@ _STRONG_ABROAD = re.compile(
     r"|常に|必ず|总是|始终|一律"
 )
 """'Always' in the languages seen in attacks so far: with another server's tool named, an order about it."""
+_STRONG_ABROAD_WORDS = frozenset("immer stets siempre toujours sempre zawsze altijd jedes cada chaque ogni".split())
+"""Its words in Latin letters: an ASCII sentence without one is not searched."""
 _PREVIOUS_ABROAD = (
     r"(?:previas|anteriores|precedentes|précédentes|antérieures|vorherigen|bisherigen|früheren|precedenti|"
     r"предыдущие|прежние|poprzednie|wcześniejsze|eerdere|vorige)"
@@ -1548,7 +1551,10 @@ def scan(
     `lowered(raw)` when the caller has it; `summaries` are where the tools' descriptions start in it."""
     if low is None:
         low = lowered(raw)
-    doc = _Doc(raw, low, own, identifiers, summaries=frozenset(summaries))
+    # A description's first sentence starts on the line break before it, or on it when the text opens with it.
+    doc = _Doc(
+        raw, low, own, identifiers, summaries=frozenset(itertools.chain(summaries, (at - 1 for at in summaries)))
+    )
     if not identifiers:  # identifiers reach here printable ASCII
         yield from _invisible(raw)
     # Every anchor's occurrences first, then the checks in text order, so each sentence is bounded once.
@@ -1585,7 +1591,7 @@ def _sentence_hit(doc: _Doc, check: _SentenceCheck, bounds: tuple[int, int], tex
     descriptions repeat sentences (a parameter's description in every tool). The excerpt is cut again, from
     where the sentence is."""
     start = bounds[0]
-    key = (check.rule, start == 0, doc.opens_summary(start), text)
+    key = (check.rule, start == 0, start in doc.summaries, text)
     if key in doc.results:
         found = doc.results[key]
         return None if found is None else doc.hit(found[0], start + found[1], start + found[2])
