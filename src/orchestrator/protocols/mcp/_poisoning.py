@@ -114,6 +114,8 @@ class _Channel:
         self.parts: list[str] = []
         self.origins: list[tuple[int, str]] = []
         """(tool index, the string as the tool has it) of each part."""
+        self.starts: list[int] = []
+        """Where each part starts in the text `joined()` made last."""
 
     def joined(self) -> str:
         joined = rules.SEPARATOR.join(self.parts)
@@ -141,9 +143,9 @@ class _Text:
         self.prose = _Channel()
         self.names = _Channel()
         self.own: set[str] = {name.lower() for name in own}
-        self.tools: set[str] = set()
-        """The listing's tool names, lowercased."""
         """Every identifier of the listing (lowercased): what the server's own text may refer to."""
+        self.tools: set[str] = set()
+        """The listing's tool names, lowercased: a tool's name says what it does, it orders nothing."""
         self.foreign: list[tuple[int, str]] = []
         """(tool index, identifier) of identifiers with non-ASCII letters: checked for mixed scripts."""
         self.descriptions: list[int] = []
