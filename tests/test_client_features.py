@@ -618,3 +618,33 @@ async def test_one_spawns_links_and_a_squatters_template_never_route_another_spa
                 read = await b.read_resource(uri)
                 assert [item.text for item in read.contents] == [text]  # type: ignore[union-attr]
         gateway.close()
+
+
+async def test_globs_written_with_a_servers_configured_name_reach_its_hashed_names(tmp_path: Path) -> None:
+    """Found in review: a server named `My features` lists `My_features__total-<hash>`, so profile globs written
+    from bernstein.yaml (`My features__*`) matched none of its tools, prompts or resources."""
+    settings = Settings(
+        mcp={
+            "servers": {"My features": stdio_server_config("features.py")},
+            "cache_dir": tmp_path / "cache",
+            "tool_search": {"ranking": "lexical"},
+        },
+        agents={
+            "whole": AgentProfile(client="api", allow=["My features__*"], deny=["My features__greeting"]),
+            "one": AgentProfile(client="api", allow=["My features__total"]),
+        },
+    )
+    async with MCPManager(settings) as manager:
+        gateway = Gateway(settings, manager)
+        async with gateway.running("127.0.0.1", 0):
+            async with spawn_client(gateway, "whole") as client:
+                tools = [tool.name for tool in (await client.list_tools()).tools]
+                assert any(name.startswith("My_features__total-") for name in tools), tools
+                resources = (await client.list_resources()).resources
+                assert [str(resource.uri) for resource in resources] == ["features://notes/hello"]
+                assert (await client.list_prompts()).prompts == []  # denied by its configured name
+            async with spawn_client(gateway, "one") as client:
+                (tool,) = (await client.list_tools()).tools
+                assert tool.name.startswith("My_features__total-")
+                assert (await client.list_resources()).resources == []  # one tool does not open the server
+        gateway.close()
