@@ -16,7 +16,7 @@ from orchestrator import ToolCatalog, ToolSearchEngine
 from orchestrator.search._analysis import FIELD_WEIGHTS, SCHEMA_DEPTH
 from orchestrator.search._documents import _pairs, _tokens, count, gather
 from orchestrator.search._lexical import Analyzer, LexicalIndex
-from orchestrator.search._postings import Batch
+from orchestrator.search._postings import Batch, ServerNames
 from orchestrator.search._tuning import WORD_FORM_WEIGHT
 
 WORDS = ["issue", "issues", "file", "files", "read", "write", "time", "zone", "city", "weather", "query", "list"]
@@ -251,3 +251,24 @@ def test_terms_of_texts_long_gone_do_not_pile_up_in_the_vocabulary(monkeypatch: 
     live = engine._current().index.terms()
     # at most 4 x the live terms and the slack, and one re-list's new terms (exact forms and stems)
     assert len(engine._analyzer.vocabulary) <= 4 * live + 500 + 2 * 40 * 2
+
+
+def test_server_names_file_each_server_once_and_follow_changes() -> None:
+    """A query names a server only with every term of its name, so each server is filed under one term (its
+    longest): at 100,000 tools a request met 2,076 servers through any of their terms and named 1.3 (2.2 ms
+    of every hybrid search, now 0.17). Adding and removing servers gives what a fresh build gives."""
+
+    def analyze(name: str) -> list[str]:
+        return name.lower().replace("-", " ").split()
+
+    names = ServerNames.of(["brave-search", "search", "github", "git"], analyze)
+    assert sorted(server for servers in names.servers.values() for server in servers) == [
+        "brave-search",
+        "git",
+        "github",
+        "search",
+    ]
+    assert names.servers["search"] == {"brave-search", "search"}  # 'search' is brave-search's longest term
+    changed = names.after(["jira", "brave"], ["search", "git"], analyze)
+    assert changed == ServerNames.of(["brave-search", "github", "jira", "brave"], analyze)
+    assert names.after([], ["brave-search", "search", "github", "git"], analyze) == ServerNames({}, {})
