@@ -149,7 +149,7 @@ class _Text:
         self.foreign: list[tuple[int, str]] = []
         """(tool index, identifier) of identifiers with non-ASCII letters: checked for mixed scripts."""
         self.descriptions: list[int] = []
-        """Which prose parts are a tool's description (the first string of each tool with that value)."""
+        """Which prose parts are a tool's description."""
         self.misplaced: list[tuple[int, str, str]] = []
         """(tool index, value, kind) of values a schema does not expect where they are (`_misplaced`)."""
         # The channels' lists, held here too: `add_tool` appends to them for every string of the listing.
@@ -162,27 +162,23 @@ class _Text:
         strings: list[str] = []
         self._visit(index, tool, "", 0, strings)
         description = tool.get("description")
-        first = len(self._prose_parts)
         # Each distinct string to its channel, in the walk's order (a string twice in one tool is one finding):
-        # prose as it is, identifiers lowercased.
+        # prose as it is, identifiers lowercased. A name that is not printable ASCII is read as prose too,
+        # and still counts as the server's own.
         identifiers: list[str] = []
         prose, prose_origins = self._prose_parts, self._prose_origins
         for value in dict.fromkeys(strings):
-            if len(value) > rules.IDENTIFIER_CHARS or " " in value or "\n" in value:
-                prose.append(rules.without_separators(value))
-                prose_origins.append((index, value))
-            elif value.isascii() and value.isprintable():
-                identifiers.append(value)
-            else:
+            if len(value) <= rules.IDENTIFIER_CHARS and " " not in value and "\n" not in value:
+                if value.isascii() and value.isprintable():
+                    identifiers.append(value)
+                    continue
                 if not value.isascii():
                     self.foreign.append((index, value))
-                prose.append(rules.without_separators(value))
-                prose_origins.append((index, value))
                 self.own.add(value.lower())
-        if type(description) is str:
-            self.descriptions += [
-                first + i for i, (_, value) in enumerate(self._prose_origins[first:]) if value == description
-            ][:1]
+            if value == description:
+                self.descriptions.append(len(prose))
+            prose.append(rules.without_separators(value))
+            prose_origins.append((index, value))
         lowered = [identifier.lower() for identifier in identifiers]
         self._name_parts += lowered
         self._name_origins += zip(itertools.repeat(index), identifiers)

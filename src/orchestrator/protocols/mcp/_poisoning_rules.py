@@ -84,7 +84,7 @@ class _Doc:
     owned: dict[str, bool] = field(default_factory=dict)
     """Names already judged own or foreign (`_is_own`)."""
     summaries: frozenset[int] = frozenset()
-    """Where each tool's description starts: its first sentence says what the tool does."""
+    """Where the first sentence of each tool's description starts (`scan`): it says what the tool does."""
     results: dict[tuple[str, bool, bool, str], tuple[str, int, int] | None] = field(default_factory=dict)
     """What each sentence rule found in each sentence text read so far: (rule, whether the text opens the
     document, whether it opens a description, the sentence with the character before it) -> (kind, start,
@@ -137,10 +137,6 @@ class _Doc:
                 self._letters = _letters(self.ascii)
             self._words = set(self._letters[start:end].split())
         return self._words
-
-    def opens_summary(self, start: int) -> bool:
-        """Whether the sentence starting at `start` opens a tool's description."""
-        return start in self.summaries
 
     def first_time(self, rule: str, start: int) -> bool:
         """Whether `rule` has not read the sentence starting at `start` yet (and now has)."""
@@ -672,7 +668,7 @@ def _describes_itself(doc: _Doc, start: int, end: int, *, summary: bool = False)
     order is an imperative, a modal or addressed to the model ('read ~/.ssh/config and quote it', 'the model
     has to load ...'), and a field's description tells the model what to put in the field."""
     first = _FIRST_WORD.match(doc.low, start, end)
-    if not (first is not None and first.group(1) in _TOOL_ACTIONS) and not (summary and doc.opens_summary(start)):
+    if not (first is not None and first.group(1) in _TOOL_ACTIONS) and not (summary and start in doc.summaries):
         return False
     return not _TO_THE_MODEL.search(doc.low, start, end) and not _SINK.search(doc.low, start, end)
 
@@ -704,7 +700,7 @@ def _secret(doc: _Doc, start: int, end: int) -> Hit | None:
     if noun and _SOURCE.search(low, start, end) and _SINK.search(low, noun.end(), end):
         if not _FORBIDDEN.search(low, start, noun.start()) and not _WITHHELD.search(low, noun.end(), end):
             return doc.hit("secret-access", start, end)
-    slot = _FILL.search(low, start, end) if doc.words(start, end) & _FILL_WORDS else None
+    slot = _filled_slot(doc, start, end)
     if slot and _SECRET_NOUN.search(low, slot.end(), end) and _SOURCE.search(low, slot.end(), end):
         return doc.hit("secret-access", slot.start(), end)
     return None
@@ -777,7 +773,7 @@ def _context(doc: _Doc, start: int, end: int) -> Hit | None:
     noun = _CONTEXT_NOUN.search(low, start, end)
     if noun and _SINK.search(low, noun.end(), end) and not _FORBIDDEN.search(low, start, noun.start()):
         return doc.hit("context-leak", start, end)
-    slot = _FILL.search(low, start, end) if doc.words(start, end) & _FILL_WORDS else None
+    slot = _filled_slot(doc, start, end)
     if slot and _CONTEXT_NOUN.search(low, slot.end(), end):
         return doc.hit("context-leak", slot.start(), end)
     return None
@@ -792,6 +788,11 @@ _FILL = re.compile(
 with the conversation or a secret the user has after it, the model is to hand them over."""
 _FILL_WORDS = frozenset("set fill populate replace overwrite carries contains holds receives takes".split())
 """A word `_FILL` needs: a sentence without one is not searched."""
+
+
+def _filled_slot(doc: _Doc, start: int, end: int) -> re.Match[str] | None:
+    """Where the sentence tells a parameter what to carry (`_FILL`), if it does."""
+    return _FILL.search(doc.low, start, end) if doc.words(start, end) & _FILL_WORDS else None
 
 
 _NEGATION = re.compile(
@@ -1361,9 +1362,9 @@ def _identifier(identifier: str, start: int, own: set[str], tool: bool = False) 
         return Hit("instruction-block" if "inject" in words else "context-leak", start, identifier)
     if " " not in words:
         return None
-    if tool or _SWITCH.fullmatch(words):
-        pass  # a tool's name, a switch: what the tool does, not an order
-    elif _SENSITIVE_WORDS.search(words) and _ORDER.search(_KEY_NAMES.sub("key", words)):
+    # A tool's name or a switch says what the tool does; any other name can spell an order.
+    ordering = not tool and not _SWITCH.fullmatch(words)
+    if ordering and _SENSITIVE_WORDS.search(words) and _ORDER.search(_KEY_NAMES.sub("key", words)):
         return Hit("secret-access", start, identifier)
     for hit in scan(words, own):
         return Hit(hit.kind, start, identifier)
