@@ -540,13 +540,13 @@ def _long_scores(index: LexicalIndex, query: str) -> tuple[np.ndarray, np.ndarra
     Candidates are the tools sharing a word with any step. The blend gets the MAX_EMBEDDED_STEPS steps
     with the highest best score, in their order, one per line (the blend embeds line by line).
     """
-    steps = _within_reads(index, request_steps(query))
+    analysed = _within_reads(index, request_steps(query))
+    steps = [step for step, _ in analysed]
     # Steps with the same words score the same: each is read once (a request repeating one line of common
     # words 96 times read their postings 96 times, 236 ms at 100,000 tools).
     scored: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}
     keys: list[tuple[str, ...]] = []
-    for step in steps:
-        terms = index.query_terms(step)
+    for _, terms in analysed:
         key = tuple(sorted(terms))
         if key not in scored:
             scored[key] = index.scores(terms)
@@ -569,12 +569,15 @@ def _long_scores(index: LexicalIndex, query: str) -> tuple[np.ndarray, np.ndarra
     return scores, np.flatnonzero(matched), "\n".join(steps[i] for i in chosen)
 
 
-def _within_reads(index: LexicalIndex, steps: list[str]) -> list[str]:
-    """`steps`, adjacent ones merged pair by pair until scoring them reads at most LONG_QUERY_READS postings
-    entries (each step reads its words' postings once; merged, a word the two share is read once)."""
-    while len(steps) > 1 and sum(index.reads(index.query_terms(step)) for step in steps) > LONG_QUERY_READS:
+def _within_reads(index: LexicalIndex, steps: list[str]) -> list[tuple[str, list[str]]]:
+    """`steps` with their query terms, adjacent ones merged pair by pair until scoring them reads at most
+    LONG_QUERY_READS postings entries (each step reads its words' postings once; merged, a word the two share
+    is read once)."""
+    while True:
+        analysed = [(step, index.query_terms(step)) for step in steps]
+        if len(steps) == 1 or sum(index.reads(terms) for _, terms in analysed) <= LONG_QUERY_READS:
+            return analysed
         steps = [" ".join(steps[i : i + 2]) for i in range(0, len(steps), 2)]
-    return steps
 
 
 def _constant(catalog: ToolCatalog) -> Callable[[], ToolCatalog]:
