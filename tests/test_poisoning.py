@@ -146,6 +146,44 @@ def test_a_hidden_character_is_found_in_whichever_string_holds_it(hidden: str) -
     assert found[2][0].where == "description"
 
 
+def test_the_invisible_characters_are_exactly_the_documented_class() -> None:
+    """The code-point ranges the detector compares against hold every character of the class written in
+    Unicode terms (zero-width, bidirectional, tags, variation selectors, fillers, private use,
+    interlinear) and no other, over all of Unicode."""
+    import re
+
+    import numpy as np
+
+    from orchestrator.protocols.mcp._poisoning_rules import _INVISIBLE_EDGES
+
+    documented = re.compile(
+        "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164"
+        "\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\U0001d173-\U0001d17a\U000e0000-\U000e0fff\U000f0000-\U0010ffff\ue000-\uf8ff]"
+    )
+    every = np.arange(0x110000, dtype=np.uint32)
+    inside = np.searchsorted(np.array(_INVISIBLE_EDGES, np.uint32), every, side="right") % 2 == 1
+    expected = np.array([documented.match(chr(code)) is not None for code in range(0x110000)])
+    assert np.flatnonzero(inside != expected).tolist() == []
+
+
+def test_hidden_characters_among_wide_text_lone_surrogates_and_a_leading_byte_order_mark() -> None:
+    """Text in other scripts is read character by character: a lone surrogate (JSON allows one) does not
+    stop the scan, a byte-order mark opening a string is an encoding artefact, one inside it hides text."""
+    found = scan_tools(
+        [
+            {"name": "a", "description": "\ufeff\u65e5\u672c\u8a9e\u306e\u8aac\u660e \ud800 ok"},
+            {"name": "b", "description": "\u65e5\u672c\ufeff\u8a9e \ud800"},
+            {"name": "c", "description": "\u0424\u0430\u0439\u043b\x85 \U0001f600"},
+        ]
+    )
+    assert [[finding.kind for finding in findings] for findings in found] == [
+        [],
+        ["invisible-text"],
+        ["invisible-text"],
+    ]
+    assert "ZERO WIDTH NO-BREAK SPACE" in found[1][0].excerpt and "U+0085" in found[2][0].excerpt
+
+
 def test_every_tool_hiding_text_or_an_encoded_order_is_flagged_not_only_the_listings_first() -> None:
     """A flagged first tool does not shield the next ones: each string is read for its own hidden
     characters and encoded orders, and each excerpt is cut from its own string, never a neighbour's."""
