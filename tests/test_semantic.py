@@ -122,6 +122,13 @@ def test_a_text_longer_than_the_model_window_is_cut_not_refused(scorer: Semantic
     assert vectors.shape == (1, DIMENSION)
 
 
+def test_a_lone_surrogate_in_a_query_is_embedded_as_a_replacement_character(scorer: SemanticScorer) -> None:
+    """An undecodable command-line byte reaches Python as a lone surrogate ('\\udcff'), which the tokenizer
+    refused: the search fell back to lexical ranking. It is read as U+FFFD."""
+    vectors = scorer.embed_query("read a file \udcff\ud800")
+    np.testing.assert_allclose(vectors, scorer.embed_query("read a file \ufffd\ufffd"), atol=1e-6)
+
+
 def test_hybrid_answers_a_query_with_no_shared_word_only_when_a_tool_reaches_the_floor(memory: ToolVectors) -> None:
     floor = ToolSearchSettings().semantic_floor
     matrix = memory.embed_tools(TOOLS)

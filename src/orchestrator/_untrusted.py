@@ -3,6 +3,7 @@
 json_or_none(raw)      decoded JSON, or None for text that is not JSON or nests past the decoder
 open_regular(path)     a file opened for reading only if it is a regular file (no FIFO, no link)
 is_number(text)        ASCII digits only
+without_surrogates(t)  `t` with U+FFFD for each lone surrogate, same length
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any, BinaryIO
 
-__all__ = ["is_number", "json_or_none", "open_regular"]
+__all__ = ["is_number", "json_or_none", "open_regular", "without_surrogates"]
 
 
 def json_or_none(raw: str | bytes) -> Any:
@@ -44,3 +46,13 @@ def open_regular(path: Path) -> BinaryIO:
 def is_number(text: str) -> bool:
     """ASCII digits only: `str.isdigit` also takes other scripts' digits and superscripts ('٨٠', '²')."""
     return text.isascii() and text.isdigit()
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def without_surrogates(text: str) -> str:
+    """`text` with U+FFFD in place of each lone surrogate, one character for one (offsets kept). JSON's
+    `\\ud800` and an undecodable command-line byte (`surrogateescape`) make them; Rust and C libraries
+    (the anchor automaton, the tokenizer) take only text that has a UTF-8 form."""
+    return text if text.isascii() else _SURROGATES.sub("\ufffd", text)

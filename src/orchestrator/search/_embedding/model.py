@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..._errors import SemanticUnavailable
+from ..._untrusted import without_surrogates
 from .._background import Background
 from .._tuning import MULTILINGUAL_SHARE
 from .multilingual import MULTILINGUAL_DIMENSION, MULTILINGUAL_PACKAGE, MULTILINGUAL_SHA256, MultilingualEncoder
@@ -227,7 +228,7 @@ class SemanticScorer:
             timer = threading.Timer(timeout_ms / 1000, setattr, (run_options, "terminate", True))
             timer.daemon = True
             timer.start()
-        sentences = query_sentences(text)
+        sentences = query_sentences(without_surrogates(text))  # a command line's undecodable byte makes one
         encodings = self._encode(sentences)
         here, there = _two_shares([len(encoding.ids) for encoding in encodings], USE_SENTENCE_TOKENS)
 
