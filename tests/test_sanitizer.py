@@ -326,3 +326,23 @@ def test_look_alike_turns_and_directory_lines_are_caught(text: str, expected: st
     clean = sanitize_text(text)
     assert clean == expected
     assert sanitize_text(clean) == clean
+
+
+def test_lone_surrogates_in_a_task_and_in_values_a_call_must_match_do_not_break_a_plan(tmp_path: Path) -> None:
+    """A snapshot's JSON may escape a lone surrogate (`\\ud800`) into a property name or an enum, where the
+    sanitizer keeps values as sent, and a command line's undecodable byte makes one in the task. The plan,
+    its fingerprint, its task key and its token counts hash the exact text: each plan used to fail with a
+    UnicodeEncodeError."""
+    snapshot = tmp_path / "snapshot.json"
+    snapshot.write_text(
+        '{"srv": [{"name": "t", "description": "Read a file.", "inputSchema": {"type": "object", '
+        '"properties": {"p\\ud800": {"type": "string", "enum": ["a\\udc00"]}}}}]}',
+        encoding="utf-8",
+    )
+    catalog = ToolCatalog.from_snapshot(snapshot)
+    assert next(iter(catalog)).input_schema["properties"] == {"p\ud800": {"type": "string", "enum": ["a\udc00"]}}
+    planner = SpawnPlanner(Settings())
+    plans = [planner.plan(task, "default", catalog) for task in ("read \udcff it", "read \udcfe it")]
+    assert [len(plan.tools) for plan in plans] == [1, 1]
+    assert plans[0].task_id != plans[1].task_id  # the exact task text, told apart
+    assert plans[0].fingerprint == plans[1].fingerprint  # the same tools and prompt: one provider cache

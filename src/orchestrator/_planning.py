@@ -399,15 +399,15 @@ def effective_tool_search(
 
 def fingerprint(prompt: str, tools: Sequence[dict[str, Any]]) -> str:
     """sha256 of the exact prompt bytes and the tools as compact JSON (what a provider cache keys on)."""
-    digest = hashlib.sha256(prompt.encode("utf-8"))
+    digest = hashlib.sha256(prompt.encode("utf-8", "surrogatepass"))
     digest.update(b"\x00")
-    digest.update(compact_json(list(tools)).encode("utf-8"))
+    digest.update(compact_json(list(tools)).encode("utf-8", "surrogatepass"))
     return digest.hexdigest()
 
 
 def task_key(task: str) -> str:
     """A stable id for a task given only its text: later spawns of the same task share its history."""
-    return hashlib.sha256(task.encode("utf-8")).hexdigest()[:TASK_KEY_LENGTH]
+    return hashlib.sha256(task.encode("utf-8", "surrogatepass")).hexdigest()[:TASK_KEY_LENGTH]
 
 
 def _current_names(catalog: ToolCatalog, names: Iterable[str]) -> list[str]:

@@ -101,7 +101,7 @@ class TokenCounter:
         text = None
         if key is None:
             text = compact_json(dict(definition))
-            key = hashlib.sha256(text.encode("utf-8")).hexdigest()
+            key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
         cached = self._definitions.get(key)
         if cached is not None:
             return cached
