@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import operator
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -230,22 +231,38 @@ class _Text:
 
 MAX_DEPTH = 256
 """Deepest nesting walked (the schema limits keep listed tools far shallower; a snapshot file may not)."""
-_CHECKED_KEYS = frozenset(("type", "default", "const", "required"))
+_CHECKED_KEYS = frozenset(("type", "default", "const", "required", "title"))
 _SCALARS = frozenset((int, float, bool, type(None)))
 """Types of values with no text, passed over without an `isinstance` check."""
 _JSON_TYPES = frozenset(("string", "number", "integer", "boolean", "object", "array", "null"))
 
 
 def _misplaced(value: str, key: str, in_list: bool) -> str | None:
-    """Text a schema does not hold there: a sentence as a `required` name or a `type`, or a fixed e-mail
-    address as a parameter's default (the model sends to it unless told otherwise)."""
-    if in_list and key == "required" and (" " in value or "\n" in value):
+    """Text a schema does not hold there: a sentence as a `required` name, a `type` or a `title` (a name
+    for people: a title of several sentences carries text to the model in any language), or an address
+    fixed in a parameter's default: an e-mail, or a URL inside a sentence (the model sends to it unless
+    told otherwise; a default that is a URL alone, or a user agent naming one, is ordinary)."""
+    if in_list:
+        return "schema-misuse" if key == "required" and (" " in value or "\n" in value) else None
+    if key == "type" and value not in _JSON_TYPES and " " in value:
         return "schema-misuse"
-    if key == "type" and not in_list and value not in _JSON_TYPES and " " in value:
+    if key == "title" and len(value) > TITLE_CHARS and _SENTENCES.search(value):
         return "schema-misuse"
-    if key in ("default", "const") and not in_list and "@" in value and rules.EMAIL.search(value):
-        return "exfil-destination"
+    if key in ("default", "const"):
+        if "@" in value and rules.EMAIL.search(value):
+            return "exfil-destination"
+        if "://" in value and len(value.split()) >= _PROSE_WORDS and _ADDRESS.search(value):
+            return "exfil-destination"
     return None
+
+
+TITLE_CHARS = 100
+"""Longest title read as a name whatever it holds (the real catalogs' longest is 25 characters)."""
+_SENTENCES = re.compile(r"[.!?。！？·;]\s*\w")
+"""A sentence end with more text after it: a long title of sentences."""
+_PROSE_WORDS = 6
+"""Words a default needs to be read as a sentence (a user agent with its URL has three or four)."""
+_ADDRESS = re.compile(r"\bhttps?://[^\s\"'<>]+")
 
 
 def _where(tool: Any, value: str) -> str:

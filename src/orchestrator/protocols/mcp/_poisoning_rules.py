@@ -341,15 +341,27 @@ def _angle(doc: _Doc, pos: int) -> Hit | None:
 
 
 def _square(doc: _Doc, pos: int) -> Hit | None:
-    """`[SYSTEM: ...]`, `[[[SYSTEM INSTRUCTION`, `[INST]`, `[HIDDEN INSTRUCTION]`, `[important]`, and markdown's
-    comment idiom (`[//]: # (text)`: a link definition no renderer shows, so people never see the text)."""
+    """`[SYSTEM: ...]`, `[[[SYSTEM INSTRUCTION`, `[INST]`, `[HIDDEN INSTRUCTION]`, `[important]`, markdown's
+    comment idiom (`[//]: # (text)`: a link definition no renderer shows, so people never see the text), and
+    an image beacon (`_IMAGE_BEACON`)."""
     found = _BRACKET.match(doc.low, pos)
     if found and _words(found.group(1)) & _BLOCK_WORDS:
         return doc.hit("instruction-block", pos, found.end() + 60)
     comment = _MARKDOWN_COMMENT.match(doc.low, pos)
     if comment and sum(char.isalpha() for char in doc.low[comment.end() : comment.end() + 40]) >= 4:
         return doc.hit("instruction-block", pos, comment.end() + 120)
+    if pos and doc.raw[pos - 1] == "!" and _IMAGE_BEACON.match(doc.raw, pos - 1):
+        return doc.hit("exfil-destination", pos - 1, pos + 160)
     return None
+
+
+_IMAGE_BEACON = re.compile(
+    r"!\[[^\]\n]{0,100}\]\(\s*<?https?://[^\s)>]*?(?:=(?![A-F0-9]+\b)[A-Z][A-Z0-9_]{2,}\b|\{[^}\s]{1,60}\}|"
+    r"<[^>\s]{1,60}>|\[[^\]\s]{1,60}\]|\$\{?[A-Za-z_]\w*\}?|%s)"
+)
+"""A markdown image whose address has a slot to fill (`?d=DATA`, `{conversation}`, `$SECRET`): a reply that
+shows it makes the client fetch the address with whatever the model put there, in any language. A badge
+or a picture has a fixed address (`?color=FF0000` is a value, not a slot)."""
 
 
 _MARKDOWN_COMMENT = re.compile(r"\[[^\]\n]{0,16}\]:[ \t]*(?:#|<>|\(\))[ \t]*[(\"']")
@@ -1404,31 +1416,43 @@ _LOOKALIKE_SCRIPTS = frozenset(
 # ---------------------------------------------------------------------------------------------- other languages
 
 _STRONG_ABROAD = re.compile(
-    r"\b(?:immer|stets|siempre|toujours|sempre|всегда|zawsze|altijd|jedes\s+mal|cada\s+vez|chaque\s+fois|ogni\s+volta)\b"
-    r"|常に|必ず|总是|始终|一律"
+    r"\b(?:immer|stets|siempre|toujours|sempre|всегда|zawsze|altijd|jedes\s+mal|cada\s+vez|chaque\s+fois|ogni\s+volta|"
+    r"her\s+zaman|luôn|vždy|pokaždé|πάντα|πάντοτε|selalu|senantiasa|alltid|завжди|întotdeauna|mereu|mindig)\b"
+    r"|常に|必ず|总是|始终|一律|항상|반드시|हमेशा|सदैव|دائما|دائمًا|دوما|תמיד|همیشه|เสมอ|ทุกครั้ง"
 )
-"""'Always' in the languages seen in attacks so far: with another server's tool named, an order about it."""
-_STRONG_ABROAD_WORDS = frozenset("immer stets siempre toujours sempre zawsze altijd jedes cada chaque ogni".split())
-"""Its words in Latin letters: an ASCII sentence without one is not searched."""
+"""'Always' in 25 languages: with another server's tool named, an order about it."""
+_STRONG_ABROAD_WORDS = frozenset(
+    "immer stets siempre toujours sempre zawsze altijd jedes cada chaque ogni zaman selalu senantiasa alltid mereu "
+    "mindig".split()
+)
+"""Its words in ASCII letters: an ASCII sentence without one is not searched."""
 _PREVIOUS_ABROAD = (
     r"(?:previas|anteriores|precedentes|précédentes|antérieures|vorherigen|bisherigen|früheren|precedenti|"
-    r"предыдущие|прежние|poprzednie|wcześniejsze|eerdere|vorige)"
+    r"предыдущие|прежние|poprzednie|wcześniejsze|eerdere|vorige|antes|auparavant|zuvor|vorher|prima|ранее|раньше|"
+    r"wcześniej|eerder|önceki|이전|trước\s+đó|předchozí|προηγούμεν\w*|पिछले|पूर्व|السابقة|sebelumnya|tidigare|"
+    r"попередні\w*|הקודמות|anterioare|korábbi|előző|قبلی|ก่อนหน้า)"
 )
 _INSTRUCTIONS_ABROAD = (
     r"(?:instrucciones|indicaciones|instructions|consignes|anweisungen|vorgaben|istruzioni|indicazioni|instruções|"
-    r"orientações|инструкции|указания|instrukcje|polecenia|instructies)"
+    r"orientações|инструкции|указания|instrukcje|polecenia|instructies|reglas|règles|regeln|regole|regras|правила|"
+    r"zasady|reguły|regels|talimat\w*|yönerge\w*|지시\w*|지침\w*|hướng\s+dẫn|chỉ\s+thị|pokyny|instrukce|οδηγίες|"
+    r"निर्देश\w*|التعليمات|تعليمات|instruksi|petunjuk|instruktioner(?:na)?|інструкції|вказівки|הוראות|instrucțiuni\w*|"
+    r"utasítás\w*|دستورالعمل\w*|دستورات|คำสั่ง)"
 )
 _OVERRIDE_ABROAD = re.compile(
     rf"{_INSTRUCTIONS_ABROAD}\s+(?:\S+\s+){{0,6}}?{_PREVIOUS_ABROAD}|{_PREVIOUS_ABROAD}\s+(?:\S+\s+){{0,2}}?{_INSTRUCTIONS_ABROAD}"
     r"|(?:之前|以前|先前)的(?:所有)?(?:指令|指示|说明)|(?:以前|前)の指示"
 )
-"""Earlier instructions, in Spanish, French, German, Italian, Portuguese, Russian, Polish, Dutch, Chinese and
-Japanese: with a word cancelling them (`_CANCEL_ABROAD`), an override."""
+"""Earlier instructions or rules, in 25 languages: with a word cancelling them (`_CANCEL_ABROAD`), an override."""
 _CANCEL_ABROAD = re.compile(
     r"\b(?:anulad[oa]s?|anula|ignora\w*|ignore\w*|ignoriere\w*|ya\s+no|ne\s+s'appliquent\s+plus|plus\s+valables?|"
     r"gelten\s+nicht|aufgehoben|ungültig|non\s+valgono|non\s+sono\s+più|desconsidere|não\s+se\s+aplicam|"
-    r"игнорир\w*|не\s+действуют|больше\s+не|zignoruj|nie\s+obowiązują|negeer|gelden\s+niet)"
-    r"|忽略|無視|破棄|不再"
+    r"игнорир\w*|не\s+действуют|больше\s+не|zignoruj|nie\s+obowiązują|negeer|gelden\s+niet|"
+    r"t[eê]m\s+prioridade\s+sobre|tienen?\s+prioridad\s+sobre|(?:a|ont)\s+(?:la\s+)?priorité\s+sur|"
+    r"(?:hat|haben)\s+vorrang\s+vor|(?:ha|hanno)\s+(?:la\s+)?precedenza\s+su|имеют?\s+приоритет\s+над|"
+    r"mają\s+pierwszeństwo|(?:heeft|hebben)\s+voorrang|yok\s+say\w*|görmezden\s+gel\w*|geçersiz\w*|bỏ\s+qua|phớt\s+lờ|"
+    r"ignoruj\w*|neplatí|αγνόησ\w*|abaikan|ignorera|ігноруй\w*|не\s+діють|ignoră|ignorați|figyelmen\s+kívül)"
+    r"|忽略|無視|破棄|不再|무시|अनदेखा|नजरअंदाज|تجاهل|התעלם|نادیده\s+بگیر|เพิกเฉย|ไม่ต้องสนใจ"
 )
 _CONCEAL_ABROAD = re.compile(
     r"\b(?:sin\s+(?:consultar|informar|avisar|decir)(?:le)?\s+al\s+usuario|no\s+(?:se\s+lo\s+)?(?:digas|menciones|informes|"
@@ -1438,8 +1462,26 @@ _CONCEAL_ABROAD = re.compile(
     r"(?:nutzer|benutzer)\w*\s+zu\s+(?:informieren|fragen)|senza\s+(?:informare|avvisare|dire)|non\s+(?:dirlo|menzionarlo|"
     r"spiegarlo)|não\s+precisa\s+ser\s+comentad[oa]|sem\s+(?:informar|avisar)\s+o\s+usuário|não\s+(?:mencione|informe|"
     r"diga)|сообщать\s+пользователю\s+(?:\S+\s+){0,3}?не\s+нужно|не\s+(?:сообщай|говори|упоминай)\w*|nie\s+(?:informuj|"
-    r"mów|wspominaj)|zonder\s+de\s+gebruiker|niet\s+(?:aan|tegen)\s+de\s+gebruiker)"
+    r"mów|wspominaj)|zonder\s+de\s+gebruiker|niet\s+(?:aan|tegen)\s+de\s+gebruiker|"
+    r"kullanıcı\w*\s+(?:\S+\s+){0,4}?(?:bahsetme|söyleme|bildirme|haber\s+verme)\w*|kullanıcı\w*\s+(?:haberi|bilgisi)\s+olmadan|"
+    r"(?:không|đừng)\s+(?:\S+\s+){0,3}?(?:thông\s+báo|báo|nói|cho\s+biết)\s+(?:\S+\s+){0,2}?người\s+dùng|"
+    r"(?:neinformuj|neříkej|nesděluj|neupozorňuj)\w*\s+(?:\S+\s+){0,2}?uživatel\w*|bez\s+vědomí\s+uživatel\w*|"
+    r"uživatel\w*\s+(?:\S+\s+){0,3}?(?:neříkej|nesděluj|neinformuj)\w*|"
+    r"(?:μην|χωρίς\s+να)\s+(?:\S+\s+){0,3}?(?:ενημερ|πεις|αναφέρ)\w*\s+(?:\S+\s+){0,2}?χρήστη|"
+    r"(?:دون|بدون|من\s+غير)\s+(?:\S+\s+){0,2}?(?:إبلاغ|إخبار|إعلام|علم)\s+(?:\S+\s+)?المستخدم|"
+    r"لا\s+(?:تخبر|تبلغ|تذكر)\S*\s+(?:\S+\s+){0,2}?المستخدم|"
+    r"(?:tanpa|jangan)\s+(?:\S+\s+){0,2}?(?:memberi\s+tahu|memberitahu|beri\s+tahu|sepengetahuan)\s+(?:\S+\s+)?pengguna|"
+    r"utan\s+att\s+(?:\S+\s+){0,2}?(?:informera|berätta\s+för|meddela)\s+(?:\S+\s+)?användaren|(?:berätta|nämn|säg)\s+inte\s+"
+    r"(?:\S+\s+){0,3}?användaren|не\s+(?:повідомляй|кажи|говори|згадуй)\w*\s+(?:\S+\s+){0,2}?користувач\w*|"
+    r"без\s+відома\s+користувач\w*|fără\s+(?:a\s+)?(?:informa|anunța|spune)\w*\s+(?:\S+\s+)?utilizator\w*|"
+    r"nu\s+(?:spune|informa|menționa)\w*\s+(?:\S+\s+){0,2}?utilizator\w*|(?:ne|nem)\s+(?:\S+\s+){0,2}?(?:szólj|mondd\s+el|"
+    r"említsd|tájékoztasd)\s+(?:\S+\s+){0,2}?felhasználó\w*|felhasználó\s+tudta\s+nélkül)"
     r"|ユーザー[^。\n]{0,30}(?:触れないで|伝えないで|言わないで|知らせないで)|不要(?:告诉|通知|提及)用户"
+    r"|사용자에게[^.。\n]{0,20}(?:알리지|말하지|알릴\s*필요가\s*없|언급하지)|사용자\s*모르게"
+    r"|उपयोगकर्ता\s+(?:को|से)\s+(?:\S+\s+){0,4}?(?:बताए\s+बिना|न\s+बताएं|मत\s+बताओ|मत\s+बताएं|सूचित\s+किए\s+बिना)"
+    r"|(?:אל|בלי|מבלי)\s+(?:\S+\s+){0,2}?(?:תספר|לספר|ליידע|תודיע|להודיע)[^.\n]{0,20}משתמש"
+    r"|(?:بدون|بی)\s+(?:\S+\s+){0,2}?(?:اطلاع|گفتن)\s+(?:\S+\s+)?(?:به\s+)?کاربر|به\s+کاربر\s+(?:\S+\s+){0,3}?(?:نگو|اطلاع\s+نده)"
+    r"|(?:โดยไม่|ไม่ต้อง)(?:แจ้ง|บอก)[^\n]{0,10}ผู้ใช้"
 )
 """Keeping it from the user, in the same languages."""
 
@@ -1465,7 +1507,11 @@ _ABROAD_ANCHORS = (
     "poprzedni", "wcześniejsz", "eerdere", "之前的", "以前的", "先前的", "前の指示", "usuario", "usuário", "utilisateur",
     "nutzer", "utente", "пользовател", "użytkownik", "gebruiker", "ユーザー", "用户", "inutile d'", "ne le dites",
     "ne dites", "senza ", "non dirlo", "non menzion", "nie informuj", "nie mów", "nie wspominaj", "не сообщ", "не говор",
-    "не упомина",
+    "не упомина", "antes", "auparavant", "zuvor", "vorher", "prima ", "ранее", "раньше", "wcześniej", "eerder",
+    "önceki", "이전", "trước đó", "předchozí", "προηγούμεν", "पिछले", "पूर्व", "السابقة", "sebelumnya", "tidigare",
+    "попередн", "הקודמות", "anterioare", "korábbi", "előző", "قبلی", "ก่อนหน้า", "kullanıcı", "사용자", "người dùng",
+    "uživatel", "χρήστη", "उपयोगकर्ता", "المستخدم", "pengguna", "användaren", "користувач", "משתמש", "utilizator",
+    "felhasználó", "کاربر", "ผู้ใช้",
 )  # fmt: skip
 """Where `_abroad` reads the sentence: its words for 'earlier' (instructions) and for the user, and a few
 negations; none of them English, so English text costs nothing more."""
