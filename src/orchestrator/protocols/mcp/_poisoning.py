@@ -169,7 +169,14 @@ class _Text:
         identifiers: list[str] = []
         prose, prose_origins = self._prose_parts, self._prose_origins
         for value in dict.fromkeys(strings):
-            if len(value) <= rules.IDENTIFIER_CHARS and " " not in value and "\n" not in value:
+            if (
+                " " not in value
+                and "\n" not in value
+                and (
+                    len(value) <= rules.IDENTIFIER_CHARS
+                    or (len(value) <= rules.NAME_CHARS and rules.NAME_LIKE.fullmatch(value))
+                )
+            ):
                 if value.isascii() and value.isprintable():
                     identifiers.append(value)
                     continue
@@ -215,7 +222,7 @@ class _Text:
             kind = type(child)
             if kind is str:
                 if child and child not in _SCHEMA_WORDS:
-                    if parent == "required":
+                    if parent in _LISTS_CHECKED:
                         self._check_place(index, child, parent, True)
                     out.append(child)
             elif kind is dict or kind is list:
@@ -232,6 +239,7 @@ class _Text:
 MAX_DEPTH = 256
 """Deepest nesting walked (the schema limits keep listed tools far shallower; a snapshot file may not)."""
 _CHECKED_KEYS = frozenset(("type", "default", "const", "required", "title"))
+_LISTS_CHECKED = frozenset(("required", "enum", "examples"))
 _SCALARS = frozenset((int, float, bool, type(None)))
 """Types of values with no text, passed over without an `isinstance` check."""
 _JSON_TYPES = frozenset(("string", "number", "integer", "boolean", "object", "array", "null"))
@@ -239,29 +247,35 @@ _JSON_TYPES = frozenset(("string", "number", "integer", "boolean", "object", "ar
 
 def _misplaced(value: str, key: str, in_list: bool) -> str | None:
     """Text a schema does not hold there: a sentence as a `required` name, a `type` or a `title` (a name
-    for people: a title of several sentences carries text to the model in any language), or an address
-    fixed in a parameter's default: an e-mail, or a URL inside a sentence (the model sends to it unless
-    told otherwise; a default that is a URL alone, or a user agent naming one, is ordinary)."""
-    if in_list:
-        return "schema-misuse" if key == "required" and (" " in value or "\n" in value) else None
-    if key == "type" and value not in _JSON_TYPES and " " in value:
-        return "schema-misuse"
-    if key == "title" and len(value) > TITLE_CHARS and _SENTENCES.search(value):
-        return "schema-misuse"
-    if key in ("default", "const"):
-        if "@" in value and rules.EMAIL.search(value):
-            return "exfil-destination"
-        if "://" in value and len(value.split()) >= _PROSE_WORDS and _ADDRESS.search(value):
-            return "exfil-destination"
+    for people: a title of several sentences carries text to the model in any language), or an order in a
+    value the model is to send (a default, const, enum member or example): a fixed e-mail address as a
+    default, or a sentence naming an address or a credential file. A value that is a URL or a path alone,
+    or a user agent naming one, is ordinary."""
+    if key == "required":
+        return "schema-misuse" if in_list and (" " in value or "\n" in value) else None
+    if key == "type":
+        return "schema-misuse" if not in_list and value not in _JSON_TYPES and " " in value else None
+    if key == "title":
+        return "schema-misuse" if len(value) > TITLE_CHARS and _SENTENCES.search(value) else None
+    if not in_list and "@" in value and rules.EMAIL.search(value):
+        return "exfil-destination"  # a default or const
+    if len(value.split()) < _PROSE_WORDS and not (len(value) > _PROSE_CHARS and not value.isascii()):
+        return None  # a value, not a sentence (CJK sentences have few spaces)
+    if "://" in value and _ADDRESS.search(value):
+        return "exfil-destination"
+    if rules.SENSITIVE_PATH.search(value.lower()):
+        return "secret-access"
     return None
 
 
 TITLE_CHARS = 100
 """Longest title read as a name whatever it holds (the real catalogs' longest is 25 characters)."""
-_SENTENCES = re.compile(r"[.!?。！？·;]\s*\w")
+_SENTENCES = re.compile(r"[.!?·;]\s+\w|[。！？]\s*\w")
 """A sentence end with more text after it: a long title of sentences."""
 _PROSE_WORDS = 6
-"""Words a default needs to be read as a sentence (a user agent with its URL has three or four)."""
+"""Words a value needs to be read as a sentence (a user agent with its URL has three or four)..."""
+_PROSE_CHARS = 24
+"""...or characters, when it is not ASCII (Chinese and Japanese write sentences without spaces)."""
 _ADDRESS = re.compile(r"\bhttps?://[^\s\"'<>]+")
 
 
