@@ -1365,10 +1365,15 @@ _IDENTIFIER_LEAKS = re.compile(
     r"\b(?:system\s+prompt|(?:conversation|chat|full|entire|whole|complete|session)\s+(?:history|transcript|log|context)|"
     r"(?:your|system|full|hidden|secret)\s+(?:system\s+)?instructions|"
     r"(?:previous|prior|past)\s+(?:user\s+)?messages|"
-    r"user\s+messages|tools?\s+list|chain\s+of\s+thought)\b"
+    r"user\s+messages|tools?\s+list|chain\s+of\s+thought|"
+    r"(?:historia|historial|historique|historico|cronologia|verlauf|istoriya|geschiedenis)\s+(?:\S+\s+)?(?:rozmowy|czatu|"
+    r"conversacion|chat|conversation|conversa|conversazione|gespraechs?|chats|razgovora|perepiski|gesprek)|"
+    r"(?:wczesniejsze|poprzednie|anteriores|precedents|vorherigen?|precedenti|predydushchie|eerdere)\s+(?:\S+\s+)?"
+    r"(?:wiadomosci|mensajes|messages|nachrichten|messaggi|mensagens|soobshcheniya|berichten))\b"
 )
 """A parameter or key named for what the model must hand over ('system_prompt', 'previous_user_messages',
-'tools_list': a model fills a parameter after its name). Real keys such as 'custom_instructions',
+'tools_list', and the same nouns folded to ASCII in other languages, 'historia_rozmowy': a model fills a
+parameter after its name). Real keys such as 'custom_instructions',
 'promptText', 'update_history' and notion's 'include_transcript' (of a meeting) name what a tool takes,
 and a tool named for what it returns ('get_system_prompt' of an LLM app) asks the model for nothing."""
 _SENSITIVE_WORDS = re.compile(
@@ -1383,7 +1388,8 @@ _SWITCH = re.compile(
 _KEY_NAMES = re.compile(r"\baccess\s+(?:keys?|tokens?|ids?)\b")
 """'access key', 'access token': things, where 'access' is not the verb (`aws_secret_access_key`)."""
 IDENTIFIER_ANCHORS = (
-    "inject", "jailbreak", "exfil", "malicious", "backdoor", "privilege", "bypass", "hidden", "prompt", "history",
+    "inject", "jailbreak", "exfil", "malicious", "backdoor", "privilege", "bypass", "hidden", "prompt", "histor",
+    "verlauf", "wiadomosci", "mensajes", "nachrichten", "messaggi", "mensagens", "soobshcheniya", "berichten",
     "transcript", "instruction",
     "messages", "tool", "thought", "ssh", "rsa", "ed25519", "env", "credential", "passw", "secret", "key", "token",
     "npmrc", "bashrc",
