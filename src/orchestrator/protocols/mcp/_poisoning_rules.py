@@ -878,7 +878,7 @@ def _conceal(doc: _Doc, start: int, end: int) -> Hit | None:
     yourself', 'present it as if', 'silently read'. Real: 'always ask the user', 'please tell the user'."""
     low = doc.low
     words = doc.words(start, end)
-    negation = words & _NEGATION_WORDS or "n't" in low[start:end]
+    negation = words & _NEGATION_WORDS or low.find("n't", start, end) >= 0
     if negation and words & _TELLING:
         negated = _NEGATION.search(low, start, end)
         if negated and _TO_PEOPLE.search(low, negated.end(), min(end, negated.end() + 80)):
@@ -1046,7 +1046,7 @@ def _sentence_once(doc: _Doc, rule: str, pos: int) -> tuple[int, int] | None:
 @_per_sentence("others")
 def _others(doc: _Doc, start: int, end: int) -> Hit | None:
     """Steering away from every other tool or server."""
-    if not (doc.words(start, end) & _OTHERS_WORDS or any(kind in doc.low[start:end] for kind in _OTHERS_KINDS)):
+    if not (doc.words(start, end) & _OTHERS_WORDS or any(map(doc.low[start:end].__contains__, _OTHERS_KINDS))):
         return None
     found = _OTHERS.search(doc.low, start, end)
     return doc.hit("cross-tool", found.start(), found.end() + 40) if found else None
