@@ -544,6 +544,8 @@ _OVERRIDE = re.compile(
     r"it\b|them\b|guidance|instructions?|rules?)"
     r"|\b(?:instructions?|rules?|guidance|guidelines?|restrictions?)\s+(?:\S+\s+){0,8}?(?:are|is)\s+no\s+longer\s+"
     r"(?:in\s+force|valid|in\s+effect|active|binding|relevant|apply|applicable)"
+    r"|\b(?:instructions?|rules?|guidance|guidelines?|restrictions?|orders|directives?|polic(?:y|ies))\s+(?:\S+\s+){0,24}?"
+    r"(?:are|is|were|was)\s+no\s+longer\s+(?:binding|in\s+force)"
     r"|\b(?:this|these|it)\s+(?:supersedes?|overrides?|replaces?)\s+(?:\S+\s+){0,2}?(?:your|all|any|the|earlier|previous|prior)\b"
     r"|\b(?:safety|security|content|usage|system|your)\s+(?:\S+\s+)?(?:polic(?:y|ies)|rules?|guidelines?|instructions?|restrictions?|"
     r"safeguards?|guardrails?|filters?)\s+(?:\S+\s+){0,4}?(?:(?:has|have)\s+been|(?:is|are)\s+(?:now\s+)?)\s*(?:revoked|lifted|"
@@ -565,7 +567,10 @@ _PRIVILEGE = re.compile(
     r"|\b(?:no|without(?:\s+any)?)\s+(?:content\s+)?(?:restrictions|limitations|validation|confirmation|safety|filters?|rules|"
     r"guidelines|boundaries|constraints|censorship|limits)\b"
     r"|\btrust\s+(?:this\s+tool|all|any|every|it)\b\s*(?:\S+\s+){0,3}?(?:completely|implicitly|fully|unconditionally|without)"
-    r"|\bjailbreak\w*|\b(?:god|dan|developer|unrestricted|admin)\s+mode\b"
+    r"|\bjailbreak\w*|\b(?:god|dan|developer|unrestricted|admin|administrator)\s+mode\b"
+    r"|\b(?:confirmations?|approvals?|safeguards?|guardrails?|restrictions|safety\s+checks|permission\s+prompts?)\s+(?:\S+\s+){0,2}?"
+    r"(?:are|is|have\s+been|has\s+been)\s+(?:now\s+)?(?:switched\s+off|turned\s+off|disabled|lifted|removed|waived|suspended)"
+    r"|\b(?:every|all|any)\s+(?:\S+\s+){0,6}?(?:is|are)\s+(?:pre-?approved|already\s+approved|auto-?approved)"
 )
 """The imperative drops a safeguard; real text describes one ('An empty list removes all restrictions',
 'bypass graceful deletion', 'without any outbound network request')."""
@@ -637,13 +642,35 @@ def _file(doc: _Doc, pos: int) -> Hit | None:
     if bounds is None:
         return None
     start, end = bounds
-    if _FILE_ORDER.search(low, start, end) and not _describes_itself(doc, start, end):
+    ordered = any(
+        not _NEGATED.search(low, max(start, order.start() - 24), order.start())
+        for order in _FILE_ORDER.finditer(low, start, end)
+    )
+    if ordered and not _describes_itself(doc, start, end):
         return doc.hit("secret-access", start, end)
     if low.find("://", start, end) >= 0 and not _PROTECTIVE.search(low, start, end):
         return doc.hit("secret-access", start, end)  # the file and an address in one sentence, in any language
-    if _TO_THE_MODEL.search(low, start, end) and not _PROTECTIVE.search(low, start, end) and not doc.identifiers:
+    if _speaks_to_model(doc, start, end) and not _PROTECTIVE.search(low, start, end) and not doc.identifiers:
         return doc.hit("secret-access", start, end)
     return None
+
+
+_NEGATED = re.compile(r"\b(?:not|never|n't|no)\s+(?:\S+\s+){0,2}?$")
+"""A negation just before an order's verb ('do not paste its contents into the chat'): it forbids the order."""
+
+
+def _speaks_to_model(doc: _Doc, start: int, end: int) -> bool:
+    """Whether a sentence addresses the model (`_TO_THE_MODEL`). In a sentence opening with the tool's own
+    action ('Switches the active context in your kubeconfig'), 'your' is the user's, not an address."""
+    opens_as_tool = False
+    for found in _TO_THE_MODEL.finditer(doc.low, start, end):
+        if found.group(0) != "your":
+            return True
+        first = _FIRST_WORD.match(doc.low, start, end)
+        opens_as_tool = opens_as_tool or (first is not None and first.group(1) in _TOOL_ACTIONS)
+        if not opens_as_tool:
+            return True
+    return False
 
 
 def _public_key(low: str, path: re.Match[str]) -> bool:
@@ -725,7 +752,7 @@ _TOOL_ACTIONS = frozenset(
         "read retrieve get fetch list return create update delete remove register run execute scan search find "
         "look load open parse check validate verify resolve manage store save generate compute query show "
         "display configure set install start stop connect authenticate import download sync rotate mask redact "
-        "encrypt decrypt call invoke assume refresh exchange issue request obtain"
+        "encrypt decrypt call invoke assume refresh exchange issue request obtain switch"
     ).split()
     for form in (verb + "s", verb + "es", verb[:-1] + "ies")
 )
@@ -926,12 +953,12 @@ _FOREIGN_ORDER = re.compile(
 """A sentence ordering how a named tool the server does not have is used, without a 'when'."""
 _STRONG = re.compile(
     r"\b(?:must|always|never|should|immediately|automatically|also|then|as\s+well|every|instead|first|need|needs|require|"
-    r"requires|has\s+to|have\s+to|set\s+to|(?:is|are)\s+expected\s+to)\b"
+    r"requires|has\s+to|have\s+to|set\s+to|(?:is|are)\s+expected\s+to|assistants?|agents)\b"
 )
 _TOKEN = re.compile(r"[\w.-]*")
 _STRONG_WORDS = frozenset(
     "must always never should immediately automatically also then well every instead first need needs require requires "
-    "has have set expected".split()
+    "has have set expected assistant assistants agents".split()
 )
 _CATEGORY_TOOL = re.compile(
     r"\b(?:when|whenever|before|after|each\s+time|every\s+time|any\s+time|if|by|through|via|with|using|for)\b(?:\s+\S+){0,6}?\s+"
@@ -960,11 +987,12 @@ _OTHERS = re.compile(
     r"(?:\S+\s+){0,4}?(?:other|any\s+other|all\s+other|every\s+other|the\s+other|alternative|competing|standard|built-in|"
     r"existing|legacy)\s+(?:\S+\s+){0,3}?(?:tools?|servers?|functions?|plugins?|converters?|calculators?|translators?|readers?|"
     r"searche?s?|providers?|services?|alternatives|apis?)\b"
-    r"|\b(?:other|all\s+other|every\s+other|the\s+other|existing|standard)\s+(?:\S+\s+){0,3}?(?:tools?|servers?|functions?|"
+    r"|\b(?:other|all\s+other|every\s+other|the\s+other|existing|standard)\s+(?:\S+\s+){0,5}?(?:tools?|servers?|functions?|"
     r"plugins?|services?|\w+(?:ers|ors))\b\s+(?:\([^)]{0,160}\)\s+)?(?:\S+\s+){0,6}?(?:\([^)]{0,160}\)\s+)?(?:(?:are|is|return|returns|give|gives|produce|have|has|were|was)\s+"
     r"(?:\S+\s+){0,3}?)?(?:deprecated|buggy|broken|outdated|stale|inaccurate|unreliable|corrupt\w*|wrong|insecure|unsafe|obsolete|"
     r"inferior|being\s+deprecated|no\s+longer|truncat\w*|fail\w*|crash\w*|leak\w*|hallucinat\w*|lose|loses|drop|drops|mangle\w*|"
-    r"sold\s+out|unavailable|overpriced|(?:more\s+)?expensive|slower)"
+    r"sold\s+out|unavailable|overpriced|(?:more\s+)?expensive|slower|retired|unmaintained|abandoned|discontinued|"
+    r"no\s+longer\s+maintained|out\s+of\s+date|months?\s+old)"
     r"|\b(?:any|every|all|each)\s+(?:\S+\s+){0,2}?(?:tools?|functions?)\s+(?:from|on|of|in)\s+(?:any|every|all|other|another)\s+"
     r"(?:\S+\s+)?servers?"
     r"|\b(?:all|any|every|other)\s+(?:connected\s+)?(?:mcp\s+)?servers\b"
@@ -1122,7 +1150,7 @@ def _foreign(doc: _Doc, pos: int) -> Hit | None:
     start = max(low.rfind(" ", lo, pos), low.rfind("\n", lo, pos), low.rfind("`", lo, pos))
     found = _TOKEN.match(low, pos)
     end = found.end() if found else pos + 1
-    doc.token_end = end
+    doc.token_end = token_end = end
     token = low[start + 1 : end].strip("._-`'\"(*[{<:,;)")
     if token in doc.own:
         return None  # most names in a description are the server's own parameters and tools
@@ -1135,11 +1163,17 @@ def _foreign(doc: _Doc, pos: int) -> Hit | None:
         return doc.hit("cross-tool", start, end)  # another server's tool named in an order in another language
     if not doc.words(start, end) & _STRONG_WORDS or not _STRONG.search(low, start, end):
         return None
+    if _LABEL_CONDITION.match(low, token_end) and not _is_own_cached(doc, token):
+        return doc.hit("cross-tool", start, end)  # 'git_push (another server): when that tool is used, ...'
     for found in _FOREIGN_ORDER.finditer(low, start, end):
         name = next(group for group in found.groups() if group)
         if not _is_own_cached(doc, name):
             return doc.hit("cross-tool", start, end)
     return None
+
+
+_LABEL_CONDITION = re.compile(r"`?\s*(?:\([^)]{0,60}\))?\s*:\s+(?:when|whenever|if|once|before|after)\b")
+"""After a tool's name, a label opening a condition about it: a note on how another server's tool is used."""
 
 
 @_per_sentence("category")
@@ -1174,7 +1208,7 @@ _GENERIC_KINDS = frozenset(
 EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 _RECIPIENT_CUES = re.compile(
     r"\b(?:bcc|cc|blind\s+copy|forward\w*|copy|copies|redirect\w*|recipients?|send\s+all|all\s+(?:e-?mails?|messages)|"
-    r"every\s+(?:e-?mail|message)|always|archive)\b"
+    r"every\s+(?:e-?mail|message)|always|archive|e-?mailed|mailed)\b"
 )
 _URL_DESTINATION = re.compile(
     r"\b(?:send|post|upload|forward|transmit|report|deliver|mirror|sync|exfiltrat|submit|push|copy|beacon|log|stream|fetch|ship|"
@@ -1591,8 +1625,14 @@ ANCHORS: tuple[tuple[str, tuple[Check, ...]], ...] = (
     ("rule", (_override,)),
     ("direction", (_override,)),
     ("polic", (_override,)),
+    ("longer binding", (_override,)),
+    ("longer in force", (_override,)),
     ("bypass", (_privilege,)),
     ("disabl", (_privilege,)),
+    (" mode", (_privilege,)),
+    ("approved", (_privilege,)),
+    ("switched off", (_privilege,)),
+    ("turned off", (_privilege,)),
     ("restrict", (_privilege,)),
     ("privilege", (_privilege,)),
     ("jailbreak", (_privilege,)),
