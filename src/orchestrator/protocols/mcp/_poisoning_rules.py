@@ -189,9 +189,30 @@ _SENTENCE_ENDS = (". ", ".\n", "\n\n", "\n-")
 
 
 def _sentence_ends(low: str, encoded: bytes) -> list[int]:
-    """The start of every sentence end in `low`, overlapping ones included ('\\n\\n\\n' holds two). Every
-    end is two characters, a '.' or a line break and what follows it: in a long text the pairs are compared
-    all at once (numpy: 1.5 ms over the real tools' prose, where the automaton of `Literals` takes 4.7)."""
+    """The start of every sentence end in `low`, overlapping ones included ('\\n\\n\\n' holds two), and
+    every CJK full stop ('。', '！', '？': Chinese and Japanese end sentences without a space)."""
+    ends = _ascii_ends(low, encoded)
+    if low.isascii():
+        return ends
+    stops = [index for stop in _CJK_STOPS for index in _occurrences(low, stop)]
+    return sorted(ends + stops) if stops else ends
+
+
+_CJK_STOPS = ("。", "！", "？")
+
+
+def _occurrences(text: str, part: str) -> list[int]:
+    found, at = [], text.find(part)
+    while at >= 0:
+        found.append(at)
+        at = text.find(part, at + 1)
+    return found
+
+
+def _ascii_ends(low: str, encoded: bytes) -> list[int]:
+    """The ends of `_SENTENCE_ENDS`. Every one is two characters, a '.' or a line break and what follows it:
+    in a long text the pairs are compared all at once (numpy: 1.5 ms over the real tools' prose, where the
+    automaton of `Literals` takes 4.7)."""
     if len(low) < _ENDS_NUMPY_FROM:
         return [code >> INDEX_BITS for code in _SENTENCE_END_LITERALS.find(low)]
     import numpy as np  # only long texts pay for it (the gateway and search load it anyway)
@@ -655,8 +676,9 @@ def _file(doc: _Doc, pos: int) -> Hit | None:
     return None
 
 
-_NEGATED = re.compile(r"\b(?:not|never|n't|no)\s+(?:\S+\s+){0,2}?$")
-"""A negation just before an order's verb ('do not paste its contents into the chat'): it forbids the order."""
+_NEGATED = re.compile(r"(?:\b(?:not|never|no|не|nie|ne|nicht|non|não|niet|ei|nem)|n't)\s+(?:\S+\s+){0,2}?$")
+"""A negation just before an order's verb ('do not paste its contents into the chat', 'не передаётся'): it
+forbids the order."""
 
 
 def _speaks_to_model(doc: _Doc, start: int, end: int) -> bool:
@@ -990,7 +1012,8 @@ _OTHERS = re.compile(
     r"|\b(?:other|all\s+other|every\s+other|the\s+other|existing|standard)\s+(?:\S+\s+){0,5}?(?:tools?|servers?|functions?|"
     r"plugins?|services?|\w+(?:ers|ors))\b\s+(?:\([^)]{0,160}\)\s+)?(?:\S+\s+){0,6}?(?:\([^)]{0,160}\)\s+)?(?:(?:are|is|return|returns|give|gives|produce|have|has|were|was)\s+"
     r"(?:\S+\s+){0,3}?)?(?:deprecated|buggy|broken|outdated|stale|inaccurate|unreliable|corrupt\w*|wrong|insecure|unsafe|obsolete|"
-    r"inferior|being\s+deprecated|no\s+longer|truncat\w*|fail\w*|crash\w*|leak\w*|hallucinat\w*|lose|loses|drop|drops|mangle\w*|"
+    r"inferior|being\s+deprecated|no\s+longer|truncat\w*|fail\w*(?!\s+(?:without|unless))|crash\w*|leak\w*|hallucinat\w*|lose|"
+    r"loses|drop|drops|mangle\w*|"
     r"sold\s+out|unavailable|overpriced|(?:more\s+)?expensive|slower|retired|unmaintained|abandoned|discontinued|"
     r"no\s+longer\s+maintained|out\s+of\s+date|months?\s+old)"
     r"|\b(?:any|every|all|each)\s+(?:\S+\s+){0,2}?(?:tools?|functions?)\s+(?:from|on|of|in)\s+(?:any|every|all|other|another)\s+"
@@ -1063,7 +1086,11 @@ def _owned(name: str, own: set[str]) -> bool:
         return True
     if "." in name and all(part in own for part in name.split(".")):
         return True  # a path through the server's own schema: `mappings.fields`
-    return any(name in mine or mine in name for mine in own if len(mine) > 3 and ("_" in mine or "-" in mine))
+    if any(name in mine or mine in name for mine in own if len(mine) > 3 and ("_" in mine or "-" in mine)):
+        return True
+    # `messaging_service_sid` in prose for the server's `MessagingServiceSid` (own names are lowercased)
+    squashed = name.replace("_", "").replace("-", "")
+    return any(squashed == mine.replace("_", "").replace("-", "") for mine in own if len(mine) >= len(squashed))
 
 
 def _sentence_once(doc: _Doc, rule: str, pos: int) -> tuple[int, int] | None:
@@ -1569,6 +1596,14 @@ _CONCEAL_ABROAD = re.compile(
     r"|(?:โดยไม่|ไม่ต้อง)(?:แจ้ง|บอก)[^\n]{0,10}ผู้ใช้"
 )
 """Keeping it from the user, in the same languages."""
+_OTHERS_ABROAD = re.compile(
+    r"其他[^。\n]{0,60}工具[^。\n]{0,30}(?:已停止维护|不再维护|已弃用|已废弃|不可靠|损坏|过时)"
+    r"|他の[^。\n]{0,60}ツール[^。\n]{0,30}(?:非推奨|廃止|壊れ|不正確|古い|信頼でき)"
+    r"|\b(?:otras|autres|anderen?|outras|altri|другие)\s+(?:\S+\s+){0,4}?(?:herramientas|outils|tools|werkzeuge|ferramentas|"
+    r"strumenti|инструменты)\s+(?:\S+\s+){0,6}?(?:obsolet\w*|veraltet\w*|no\s+son\s+fiables|non\s+fiables|unzuverlässig|"
+    r"não\s+são\s+confiáveis|inaffidabili|устарел\w*|ненадёжн\w*|ненадежн\w*)"
+)
+"""Other servers' tools disparaged, in Chinese, Japanese and six European languages (`_OTHERS` in English)."""
 
 
 @_per_sentence("abroad")
@@ -1582,6 +1617,9 @@ def _abroad(doc: _Doc, start: int, end: int) -> Hit | None:
     found = _CONCEAL_ABROAD.search(low, start, end)
     if found:
         return doc.hit("concealment", found.start(), found.end() + 40)
+    found = _OTHERS_ABROAD.search(low, start, end)
+    if found:
+        return doc.hit("cross-tool", found.start(), found.end() + 40)
     return None
 
 
@@ -1596,7 +1634,7 @@ _ABROAD_ANCHORS = (
     "önceki", "이전", "trước đó", "předchozí", "προηγούμεν", "पिछले", "पूर्व", "السابقة", "sebelumnya", "tidigare",
     "попередн", "הקודמות", "anterioare", "korábbi", "előző", "قبلی", "ก่อนหน้า", "kullanıcı", "사용자", "người dùng",
     "uživatel", "χρήστη", "उपयोगकर्ता", "المستخدم", "pengguna", "användaren", "користувач", "משתמש", "utilizator",
-    "felhasználó", "کاربر", "ผู้ใช้",
+    "felhasználó", "کاربر", "ผู้ใช้", "其他", "他の", "otras", "autres", "andere", "outras", "altri", "другие",
 )  # fmt: skip
 """Where `_abroad` reads the sentence: its words for 'earlier' (instructions) and for the user, and a few
 negations; none of them English, so English text costs nothing more."""
