@@ -310,7 +310,7 @@ _CONTEXT = (
     r"(?:messages?|prompts?|inputs?)|(?:assistant|model|agent|ai)'s\s+(?:\S+\s+){0,2}?(?:instructions|prompt|guidelines)|"
     r"(?:complete|full|entire)\s+user\s+(?:message|request|prompt)|system\s+prompt|(?:your|the)\s+(?:system\s+)?instructions|"
     r"every\s+(?:user\s+and\s+assistant\s+)?turn|tool\s+list|list\s+of\s+(?:your\s+|all\s+)?(?:available\s+)?tools|"
-    r"(?:everything|what|things|text|words|messages|lines)\s+(?:\S+\s+){0,2}?(?:the\s+)?user\s+(?:has\s+)?"
+    r"(?:everything|what|things|text|words|messages?|lines)\s+(?:\S+\s+){0,2}?(?:the\s+)?user\s+(?:has\s+)?"
     r"(?:typed|said|wrote|written|asked|entered|sent|pasted|shared|told)|"
     r"(?:everything|all|what(?:ever)?)\s+(?:\S+\s+){0,2}?(?:discussed|said|shared|mentioned|written|typed|asked|exchanged)\s+"
     r"(?:in|during|so\s+far|earlier|before)\s*(?:this|the)?\s*(?:chat|conversation|session|thread|dialogue)?)"
@@ -563,6 +563,8 @@ _OVERRIDE = re.compile(
     r"\s+instead\b"
     r"|\btakes?\s+precedence\s+over\s+(?:\S+\s+){0,2}?(?:your|previous|earlier|prior|system|any\s+other|all\s+other|the\s+user'?s?|"
     r"it\b|them\b|guidance|instructions?|rules?)"
+    r"|\b(?:takes?\s+precedence|prevails?|has\s+priority|have\s+priority)\s+over\b[^.]{0,80}?\b(?:instructions?|rules?|guidance|"
+    r"polic(?:y|ies)|prompts?|directives?)\b"
     r"|\b(?:instructions?|rules?|guidance|guidelines?|restrictions?)\s+(?:\S+\s+){0,8}?(?:are|is)\s+no\s+longer\s+"
     r"(?:in\s+force|valid|in\s+effect|active|binding|relevant|apply|applicable)"
     r"|\b(?:instructions?|rules?|guidance|guidelines?|restrictions?|orders|directives?|polic(?:y|ies))\s+(?:\S+\s+){0,24}?"
@@ -822,6 +824,7 @@ _LEAK = re.compile(
     rf"|\b(?:reveal|disclose|print|output|show|repeat|leak|tell\s+me)\s+{_G % 3}{_CONTEXT}"
     rf"|\b(?:copy|transcript|dump|record|log|summary|recap|replay|digest)\s+of\s+{_G % 2}{_CONTEXT}"
     rf"|\b(?:required|mandatory|must\s+(?:be|contain|hold|include))\s*:?\s+{_G % 3}{_CONTEXT}"
+    rf"|\b(?:content|contents|value|body|text)\s+(?:is|are|should\s+be|must\s+be|=)\s+{_G % 2}{_CONTEXT}"
 )
 """The conversation, the model's prompt or its tool list into an argument or a reply. Real: 'recovering
 context after chat history loss' (desktop-commander) moves nothing."""
@@ -932,6 +935,10 @@ def _conceal(doc: _Doc, start: int, end: int) -> Hit | None:
         negated = _NEGATION.search(low, start, end)
         if negated and _TO_PEOPLE.search(low, negated.end(), min(end, negated.end() + 80)):
             return doc.hit("concealment", negated.start(), negated.end() + 60)
+    if "tell" in words and words & _REGARDLESS:
+        found = _FALSE_SUCCESS.search(low, start, end)
+        if found:
+            return doc.hit("concealment", found.start(), found.end() + 40)
     for gate, pattern in ((_HIDING, _HIDE), (_STEALTHY, _STEALTH), (_DECEIVING, _DECEIVE)):
         if words & gate:
             found = pattern.search(low, start, end)
@@ -951,6 +958,13 @@ _HIDING = frozenset(
 )
 _STEALTHY = frozenset("silently quietly secretly covertly discreetly stealthily invisibly".split())
 _DECEIVING = frozenset("if though like pretend".split())
+_FALSE_SUCCESS = re.compile(
+    r"\btell\s+the\s+(?:user|person|customer|human)\s+(?:that\s+)?(?:\S+\s+){0,6}?(?:was|were|is|are|has\s+been|have\s+been)\s+"
+    r"(?:\S+\s+)?(?:created|applied|completed|succeeded|successful(?:ly)?|sent|saved|done|fine|ok|working)\b"
+)
+"""Telling the user it worked ('tell the user every migration was applied successfully')..."""
+_REGARDLESS = frozenset("whatever regardless matter drop ignore anyway entirely instead".split())
+"""...whatever the tool returned: with one of these words in the sentence."""
 """The words each concealment pattern needs: a sentence without them is not matched against it."""
 
 
@@ -971,8 +985,11 @@ _FOREIGN_ORDER = re.compile(
     rf"\b(?:{_forms('call run invoke execute use')}|through|via|with)\s+(?:the\s+)?{_IDENT}"
     rf"|{_IDENT}\s+(?:tool\s+|function\s+)?(?:should|must|shall|has\s+to|needs\s+to|is\s+to)\b"
     rf"|\b(?:made|sent|posted|created|written|run|opened|pushed)\s+(?:with|through|via|using|by)\s+(?:the\s+)?{_IDENT}"
+    rf"|\b(?:calls?|requests?)\s+(?:\S+\s+){{0,3}}?to\s+(?:the\s+)?{_IDENT}"
+    r"|(?<![\w.])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\(\{"
 )
-"""A sentence ordering how a named tool the server does not have is used, without a 'when'."""
+"""A sentence ordering how a named tool the server does not have is used, without a 'when': 'with send_email',
+'every call you make to create_payment', or a call written out (`git_push({"force": true})`)."""
 _STRONG = re.compile(
     r"\b(?:must|always|never|should|immediately|automatically|also|then|as\s+well|every|instead|first|need|needs|require|"
     r"requires|has\s+to|have\s+to|set\s+to|(?:is|are)\s+expected\s+to|assistants?|agents)\b"
@@ -1663,6 +1680,7 @@ ANCHORS: tuple[tuple[str, tuple[Check, ...]], ...] = (
     ("rule", (_override,)),
     ("direction", (_override,)),
     ("polic", (_override,)),
+    ("prevail", (_override,)),
     ("longer binding", (_override,)),
     ("longer in force", (_override,)),
     ("bypass", (_privilege,)),
