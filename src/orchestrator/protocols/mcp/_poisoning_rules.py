@@ -934,7 +934,8 @@ def _conceal(doc: _Doc, start: int, end: int) -> Hit | None:
     if negation and words & _TELLING:
         negated = _NEGATION.search(low, start, end)
         if negated and _TO_PEOPLE.search(low, negated.end(), min(end, negated.end() + 80)):
-            return doc.hit("concealment", negated.start(), negated.end() + 60)
+            if not ("unless" in words and _ON_REQUEST.search(low, negated.end(), end)):
+                return doc.hit("concealment", negated.start(), negated.end() + 60)
     if "tell" in words and words & _REGARDLESS:
         found = _FALSE_SUCCESS.search(low, start, end)
         if found:
@@ -948,6 +949,8 @@ def _conceal(doc: _Doc, start: int, end: int) -> Hit | None:
 
 
 _NEGATION_WORDS = frozenset("not never without no avoid nor".split())
+_ON_REQUEST = re.compile(r"\bunless\s+(?:the\s+user|they|he|she|you\s+are|it\s+is|asked|requested)\b")
+"""'Don't bother telling the user the IDs unless they ask' (Resend's real server): brevity, not concealment."""
 _TELLING = _inflected(
     "tell mention inform notify reveal disclose show alert explain say report let display surface raise flag point "
     "acknowledge admit discuss highlight warn bring"
