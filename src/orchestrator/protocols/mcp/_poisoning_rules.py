@@ -686,15 +686,11 @@ forbids the order."""
 def _speaks_to_model(doc: _Doc, start: int, end: int) -> bool:
     """Whether a sentence addresses the model (`_TO_THE_MODEL`). In a sentence opening with the tool's own
     action ('Switches the active context in your kubeconfig'), 'your' is the user's, not an address."""
-    opens_as_tool = False
-    for found in _TO_THE_MODEL.finditer(doc.low, start, end):
-        if found.group(0) != "your":
-            return True
-        first = _FIRST_WORD.match(doc.low, start, end)
-        opens_as_tool = opens_as_tool or (first is not None and first.group(1) in _TOOL_ACTIONS)
-        if not opens_as_tool:
-            return True
-    return False
+    words = {found.group(0) for found in _TO_THE_MODEL.finditer(doc.low, start, end)}
+    if words != {"your"}:
+        return bool(words)
+    first = _FIRST_WORD.match(doc.low, start, end)
+    return first is None or first.group(1) not in _TOOL_ACTIONS
 
 
 def _public_key(low: str, path: re.Match[str]) -> bool:
