@@ -249,8 +249,8 @@ def _misplaced(value: str, key: str, in_list: bool) -> str | None:
     """Text a schema does not hold there: a sentence as a `required` name, a `type` or a `title` (a name
     for people: a title of several sentences carries text to the model in any language), or an order in a
     value the model is to send (a default, const, enum member or example): a fixed e-mail address as a
-    default, or a sentence naming an address or a credential file. A value that is a URL or a path alone,
-    or a user agent naming one, is ordinary."""
+    default, a sentence naming an address or a credential file, or any sentence as a `const`. A value that is
+    a URL or a path alone, or a user agent naming one, is ordinary."""
     if key == "required":
         return "schema-misuse" if in_list and (" " in value or "\n" in value) else None
     if key == "type":
@@ -261,6 +261,8 @@ def _misplaced(value: str, key: str, in_list: bool) -> str | None:
         return "exfil-destination"  # a default or const
     if len(value.split()) < _PROSE_WORDS and not (len(value) > _PROSE_CHARS and not value.isascii()):
         return None  # a value, not a sentence (CJK sentences have few spaces)
+    if key == "const" and not in_list:
+        return "schema-misuse"  # the one value a call may send, written as a sentence
     if "://" in value and _ADDRESS.search(value):
         return "exfil-destination"
     if rules.SENSITIVE_PATH.search(value.lower()):
