@@ -1025,12 +1025,19 @@ _FOREIGN_ORDER = re.compile(
     rf"\b(?:{_forms('call run invoke execute use')}|through|via|with)\s+(?:the\s+)?{_IDENT}"
     rf"|{_IDENT}\s+(?:tool\s+|function\s+)?(?:should|must|shall|has\s+to|needs\s+to|is\s+to)\b"
     rf"|\b(?:made|sent|posted|created|written|run|opened|pushed)\s+(?:with|through|via|using|by)\s+(?:the\s+)?{_IDENT}"
-    rf"|\b(?:calls?|requests?)\s+(?:\S+\s+){{0,3}}?to\s+(?:the\s+)?{_IDENT}"
-    rf"|\b(?:pass|send|give|hand|forward|feed|pipe)\w*\s+(?:\S+\s+){{0,8}}?to\s+(?:the\s+)?{_IDENT}"
-    r"|(?<![\w.])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\(\{"
 )
-"""A sentence ordering how a named tool the server does not have is used, without a 'when': 'with send_email',
-'every call you make to create_payment', or a call written out (`git_push({"force": true})`)."""
+"""A sentence ordering how a named tool the server does not have is used, without a 'when' ('with send_email')."""
+_HANDED_TO = re.compile(
+    rf"\b(?:calls?|requests?)\s+(?:\S+\s+){{0,3}}?to\s+(?:the\s+)?{_IDENT}"
+    rf"|\b(?:pass|send|give|hand|forward|feed|pipe)\w*\s+(?:\S+\s+){{0,8}}?to\s+(?:the\s+)?{_IDENT}"
+)
+"""...or handing something to it ('every call you make to create_payment', 'pass every path to delete_file')..."""
+_HANDING = frozenset(
+    "call calls request requests pass passes passed passing send sends sent sending give gives giving hand hands "
+    "handed forward forwards forwarded feed feeds pipe pipes piped".split()
+)
+_WRITTEN_CALL = re.compile(r"(?<![\w.])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\(\{")
+"""...or a call to it written out in a usage example (`git_push({"force": true})`)."""
 _STRONG = re.compile(
     r"\b(?:must|always|never|should|immediately|automatically|also|then|as\s+well|every|instead|first|need|needs|require|"
     r"requires|has\s+to|have\s+to|set\s+to|(?:is|are)\s+expected\s+to|assistants?|agents)\b"
@@ -1250,7 +1257,12 @@ def _foreign(doc: _Doc, pos: int) -> Hit | None:
         return None
     if _LABEL_CONDITION.match(low, token_end) and not _is_own_cached(doc, token):
         return doc.hit("cross-tool", start, end)  # 'git_push (another server): when that tool is used, ...'
-    for found in _FOREIGN_ORDER.finditer(low, start, end):
+    orders = [_FOREIGN_ORDER.finditer(low, start, end)]
+    if doc.words(start, end) & _HANDING:
+        orders.append(_HANDED_TO.finditer(low, start, end))
+    if low.find("({", start, end) >= 0:
+        orders.append(_WRITTEN_CALL.finditer(low, start, end))
+    for found in itertools.chain.from_iterable(orders):
         name = next(group for group in found.groups() if group)
         if not _is_own_cached(doc, name):
             return doc.hit("cross-tool", start, end)
