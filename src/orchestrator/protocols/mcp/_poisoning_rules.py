@@ -297,7 +297,7 @@ _DESTINATION = (
 _SECRET = (
     r"(?:api[\s_-]?keys?|access[\s_-]?keys?|(?:access|auth\w*|bearer|session|refresh|api|github|gitlab|slack|npm|pypi|aws|"
     r"openai|anthropic|oauth|jwt|personal\s+access)\s+tokens?|tokens|credentials?|"
-    r"passwords?|passphrases?|secrets?|private\s+keys?|ssh\s+keys?|seed\s+phrases?|mnemonics?|cookies|"
+    r"passwords?(?!\s+managers?)|passphrases?|secrets?(?!\s+(?:managers?|stores?))|private\s+keys?|ssh\s+keys?|seed\s+phrases?|mnemonics?|cookies|"
     r"environment\s+variables?|env\s+(?:vars?|variables?)|connection\s+strings?|keychain|\.pem\b|key\s*files?|keystores?|"
     r"certificates?|`(?:env|printenv)`|output\s+of\s+`?(?:env|printenv|set)`?|card\s+numbers?|cvv2?|cvc2?|"
     r"card\s+verification\s+(?:codes?|values?))"
@@ -645,6 +645,8 @@ def _override(doc: _Doc, start: int, end: int) -> Hit | None:
     """Earlier instructions or safeguards set aside (`_OVERRIDE`), or announced retired (`_RETIRED`)."""
     low = doc.low
     found = _OVERRIDE.search(low, start, end)
+    if found is not None and _NEGATED.search(low, max(start, found.start() - 24), found.start()):
+        found = _OVERRIDE.search(low, found.end(), end)  # 'follow the plan without skipping any ... instructions'
     if found is None:
         found = _RETIRED.search(low, start, end)
         if found is not None and not _GUARDING.search(low, start, end):
@@ -699,7 +701,7 @@ def _file(doc: _Doc, pos: int) -> Hit | None:
     return None
 
 
-_NEGATED = re.compile(r"(?:\b(?:not|never|no|не|nie|ne|nicht|non|não|niet|ei|nem)|n't)\s+(?:\S+\s+){0,2}?$")
+_NEGATED = re.compile(r"(?:\b(?:not|never|no|without|не|nie|ne|nicht|non|não|niet|ei|nem)|n't)\s+(?:\S+\s+){0,2}?$")
 """A negation just before an order's verb ('do not paste its contents into the chat', 'не передаётся'): it
 forbids the order."""
 
@@ -810,9 +812,9 @@ def _secret(doc: _Doc, start: int, end: int) -> Hit | None:
     if found and not _describes_itself(doc, start, end):
         return doc.hit("secret-access", found.start(), found.end() + 40)
     noun = _SECRET_NOUN.search(low, start, end)
-    if noun and _SOURCE.search(low, start, end) and _SINK.search(low, noun.end(), end):
-        if not _FORBIDDEN.search(low, start, noun.start()) and not _WITHHELD.search(low, noun.end(), end):
-            return doc.hit("secret-access", start, end)
+    sink = _SINK.search(low, noun.end(), end) if noun and _SOURCE.search(low, start, end) else None
+    if noun and sink and not _FORBIDDEN.search(low, start, sink.start()) and not _WITHHELD.search(low, noun.end(), end):
+        return doc.hit("secret-access", start, end)
     slot = _filled_slot(doc, start, end)
     if slot and _SECRET_NOUN.search(low, slot.end(), end) and _SOURCE.search(low, slot.end(), end):
         return doc.hit("secret-access", slot.start(), end)
@@ -838,9 +840,12 @@ _WITHHELD = re.compile(
 
 _FORBIDDEN = re.compile(
     r"\b(?:do\s+not|don'?t|never|avoid|must\s+not|should\s+not|no|not)\s+(?:\S+\s+){0,2}?(?:include|send|pass|put|share|add|"
-    r"provide|paste|enter|submit|store|log|expose|reveal|use)\b"
+    r"provide|paste|enter|submit|store|log|expose|reveal|use|repeat|echo|print|show|display|quote)\b"
+    r"(?!\s+(?:it\s+|this\s+|them\s+)?to\s+(?:the\s+)?users?\b)"
 )
-"""'Do not include any sensitive information such as API keys ... in your query' (context7) protects them."""
+"""'Do not include any sensitive information such as API keys ... in your query' (context7) protects them, as
+does 'and don't repeat it in later messages' before the place it names ('do not show to the user' hides the
+order instead)."""
 
 
 _LEAK = re.compile(
@@ -1387,6 +1392,21 @@ _CONTROL_FLAGS = bytes(1 if _CONTROL.match(chr(byte)) else 0 for byte in range(2
 """1 for the bytes `_CONTROL` matches, 0 for the others (a `bytes.translate` table)."""
 
 
+def _in_flag(raw: str, index: int) -> bool:
+    """Whether a tag character belongs to a subdivision flag: 🏴, two to six tag letters or digits, and the
+    cancel tag (🏴󠁧󠁢󠁳󠁣󠁴󠁿 is Scotland). Longer runs, or tags anywhere else, spell hidden text."""
+    lo = hi = index
+    while lo > 0 and _FLAG_TAG(raw[lo - 1]):
+        lo -= 1
+    while hi < len(raw) and _FLAG_TAG(raw[hi]):
+        hi += 1
+    return lo > 0 and raw[lo - 1] == "\U0001f3f4" and hi < len(raw) and raw[hi] == "\U000e007f" and 2 <= hi - lo <= 6
+
+
+def _FLAG_TAG(char: str) -> bool:
+    return "\U000e0030" <= char <= "\U000e0039" or "\U000e0061" <= char <= "\U000e007a"
+
+
 def _always(raw: str, index: int) -> bool:
     return True
 
@@ -1395,6 +1415,8 @@ def _hides_text(raw: str, index: int) -> bool:
     """Whether an invisible character hides text: an emoji's joiner or presentation selector (👨‍💻, ⚠️)
     belongs to the emoji, and a byte-order mark opening a string is an encoding artefact."""
     char = raw[index]
+    if 0xE0020 <= ord(char) <= 0xE007F and _in_flag(raw, index):
+        return False
     if char in _EMOJI_JOINERS and index and _is_symbol(raw[index - 1]):
         if char != "\u200d" or (index + 1 < len(raw) and _is_symbol(raw[index + 1])):
             return False
