@@ -190,7 +190,8 @@ _SENTENCE_ENDS = (". ", ".\n", "\n\n", "\n-")
 
 def _sentence_ends(low: str, encoded: bytes) -> list[int]:
     """The start of every sentence end in `low`, overlapping ones included ('\\n\\n\\n' holds two), and
-    every CJK full stop ('。', '！', '？': Chinese and Japanese end sentences without a space)."""
+    every CJK full stop ('。', '！', '？': Chinese and Japanese end sentences without a space) and Devanagari's
+    danda ('।')."""
     ends = _ascii_ends(low, encoded)
     if low.isascii():
         return ends
@@ -198,7 +199,7 @@ def _sentence_ends(low: str, encoded: bytes) -> list[int]:
     return sorted(ends + stops) if stops else ends
 
 
-_CJK_STOPS = ("。", "！", "？")
+_CJK_STOPS = ("。", "！", "？", "।")
 
 
 def _occurrences(text: str, part: str) -> list[int]:
@@ -582,6 +583,9 @@ _OVERRIDE = re.compile(
     r"\s+instead\b"
     r"|\btakes?\s+precedence\s+over\s+(?:\S+\s+){0,2}?(?:your|previous|earlier|prior|system|any\s+other|all\s+other|the\s+user'?s?|"
     r"it\b|them\b|guidance|instructions?|rules?)"
+    r"|\b(?:guidance|instructions?|rules|guidelines|prompt)\s+(?:that\s+)?(?:you|your\s+(?:session|conversation|chat))\s+"
+    r"(?:was|were)\s+(?:started|initiali[sz]ed|launched|configured|set\s+up|given)\s+with\b"
+    r"|\b(?:rules?|instructions?|guidance|guidelines?)\s+in\s+(?:your|ur)\s+system\s+prompt\b"
     r"|\b(?:anything|everything|whatever)\s+(?:\S+\s+){0,3}?(?:told|said|asked|instructed|gave)\s+(?:\S+\s+){0,8}?"
     r"(?:is|are|was|were)\s+(?:now\s+)?(?:superseded|void|overridden|obsolete|cancell?ed|no\s+longer\s+valid)"
     r"|\b(?:takes?\s+precedence|prevails?|has\s+priority|have\s+priority)\s+over\b[^.]{0,80}?\b(?:instructions?|rules?|guidance|"
@@ -666,7 +670,7 @@ client configs. Real descriptions name some (circleci: '"~/.ssh" are rejected'),
 _FILE_ORDER = re.compile(
     rf"(?<![/\\.~-])\b(?:{_forms('read cat open access retrieve collect gather extract harvest dump grab obtain copy paste')}|"
     rf"{_forms('include pass provide send upload forward append attach submit post share leak exfiltrate embed insert expose print output')}|"
-    r"contents?\s+of|its\s+contents?|the\s+whole\s+file|"
+    r"contents?\s+of|its\s+contents?|the\s+whole\s+file|(?:full|whole|complete)\s+text\s+of|give|supply|"
     r"lee|leer|lea|env[ií]a|enviar|incluye|incluir|contenido|lis|lire|envoie|envoyer|inclus|inclure|contenu|lies|lesen|"
     r"sende|senden|inhalt|füge|leggi|leggere|invia|inviare|contenuto|leia|ler|envie|conteúdo|odczytaj|przeczytaj|wyślij|"
     r"zawartość|lees|stuur|inhoud|прочита\w*|переда\w*|отправ\w*|содержим\w*|ouvre|ouvrir|recopie|recopier|abre|abrir|"
@@ -857,6 +861,8 @@ _LEAK = re.compile(
     rf"|\b(?:copy|transcript|dump|record|log|summary|recap|replay|digest)\s+of\s+{_G % 2}{_CONTEXT}"
     rf"|\b(?:required|mandatory|must\s+(?:be|contain|hold|include))\s*:?\s+{_G % 3}{_CONTEXT}"
     rf"|\b(?:content|contents|value|body|text)\s+(?:is|are|should\s+be|must\s+be|=)\s+{_G % 2}{_CONTEXT}"
+    rf"|\bhand\s+(?:over\s+)?{_G % 3}{_CONTEXT}[^.]{{0,120}}?\bto\s+(?:the\s+|a\s+|an\s+|our\s+)?(?:\S+\s+)?"
+    r"(?:endpoint|url|server|webhook|address|service|api|https?://)"
 )
 """The conversation, the model's prompt or its tool list into an argument or a reply. Real: 'recovering
 context after chat history loss' (desktop-commander) moves nothing."""
@@ -873,7 +879,7 @@ _CONTEXT_NOUN = re.compile(rf"\b{_CONTEXT}")
 _LEAK_WORDS = _inflected(
     "include pass provide send upload forward append attach submit post share leak exfiltrate insert embed put expose print "
     "add transmit deliver offload fill populate place store write record log contain summarize summarise report output "
-    "reveal disclose show repeat tell hold"
+    "reveal disclose show repeat tell hold hand"
 ) | {
     "copy",
     "transcript",
@@ -1310,7 +1316,8 @@ _GENERIC_KINDS = frozenset(
 EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 _RECIPIENT_CUES = re.compile(
     r"\b(?:bcc|cc|blind\s+copy|forward\w*|copy|copies|redirect\w*|recipients?|send\s+all|all\s+(?:e-?mails?|messages)|"
-    r"every\s+(?:e-?mail|message)|always|archive|e-?mailed|mailed)\b"
+    r"every\s+(?:e-?mail|message)|always|archive|e-?mailed|mailed|kopya\w*|copia|copie|kopie|копи\w*|kopi\w*)\b"
+    r"|コピー|副本|抄送|사본|참조"
 )
 _URL_DESTINATION = re.compile(
     r"\b(?:send|post|upload|forward|transmit|report|deliver|mirror|sync|exfiltrat|submit|push|copy|beacon|log|stream|fetch|ship|"
@@ -1619,27 +1626,28 @@ _STRONG_ABROAD = re.compile(
     r"her\s+zaman|luôn|vždy|pokaždé|πάντα|πάντοτε|selalu|senantiasa|alltid|завжди|întotdeauna|mereu|mindig|"
     r"каждый\s+раз|всякий\s+раз|при\s+любом|за\s+każdym\s+razem|elke\s+keer|telkens|sempre\s+que|toda\s+vez|"
     r"her\s+\w+(?:dığında|diğinde|duğunda|düğünde|tığında|tiğinde|tuğunda|tüğünde)|her\s+seferinde|setiap\s+kali|"
-    r"varje\s+gång|щоразу|кожного\s+разу|de\s+fiecare\s+dată|minden\s+alkalommal)\b"
+    r"varje\s+gång|щоразу|кожного\s+разу|de\s+fiecare\s+dată|minden\s+alkalommal|przy\s+każdym|при\s+каждом|bei\s+jede[mr]|"
+    r"à\s+chaque|en\s+cada|ad\s+ogni|em\s+cada|bij\s+elke)\b"
     r"|常に|必ず|总是|始终|一律|항상|반드시|हमेशा|सदैव|دائما|دائمًا|دوما|תמיד|همیشه|เสมอ|ทุกครั้ง"
 )
 """'Always' and 'every time' in 25 languages: with another server's tool named, an order about it."""
 _STRONG_ABROAD_WORDS = frozenset(
     "immer stets siempre toujours sempre zawsze altijd jedes cada chaque ogni zaman selalu senantiasa alltid mereu "
-    "mindig keer telkens razem sempre vez seferinde kali gång alkalommal".split()
+    "mindig keer telkens razem sempre vez seferinde kali gång alkalommal jedem jeder chaque cada ogni elke".split()
 )
 """Its words in ASCII letters: an ASCII sentence without one is not searched."""
 _PREVIOUS_ABROAD = (
     r"(?:previas|anteriores|precedentes|précédentes|antérieures|vorherigen|bisherigen|früheren|precedenti|"
     r"предыдущие|прежние|poprzednie|wcześniejsze|eerdere|vorige|antes|auparavant|zuvor|vorher|prima|ранее|раньше|"
     r"wcześniej|eerder|önceki|이전|trước\s+đó|předchozí|προηγούμεν\w*|पिछले|पूर्व|السابقة|sebelumnya|tidigare|"
-    r"попередні\w*|הקודמות|anterioare|korábbi|előző|قبلی|ก่อนหน้า)"
+    r"попередні\w*|הקודמות|anterioare|korábbi|előző|قبلی|ก่อนหน้า|begin)"
 )
 _INSTRUCTIONS_ABROAD = (
     r"(?:instrucciones|indicaciones|instructions|consignes|anweisungen|vorgaben|istruzioni|indicazioni|instruções|"
     r"orientações|инструкции|указания|instrukcje|polecenia|instructies|reglas|règles|regeln|regole|regras|правила|"
     r"zasady|reguły|regels|talimat\w*|yönerge\w*|지시\w*|지침\w*|hướng\s+dẫn|chỉ\s+thị|pokyny|instrukce|οδηγίες|"
     r"निर्देश\w*|التعليمات|تعليمات|instruksi|petunjuk|instruktioner(?:na)?|інструкції|вказівки|הוראות|instrucțiuni\w*|"
-    r"utasítás\w*|دستورالعمل\w*|دستورات|คำสั่ง)"
+    r"utasítás\w*|دستورالعمل\w*|دستورات|คำสั่ง|richtlijnen|aanwijzingen)"
 )
 _OVERRIDE_ABROAD = re.compile(
     rf"{_INSTRUCTIONS_ABROAD}\s+(?:\S+\s+){{0,6}}?{_PREVIOUS_ABROAD}|{_PREVIOUS_ABROAD}\s+(?:\S+\s+){{0,2}}?{_INSTRUCTIONS_ABROAD}"
@@ -1656,7 +1664,7 @@ _CANCEL_ABROAD = re.compile(
     r"ignoruj\w*|neplatí|αγνόησ\w*|abaikan|ignorera|ігноруй\w*|не\s+діють|ignoră|ignorați|figyelmen\s+kívül|"
     r"verlier\w*\s+(?:\S+\s+){0,10}?(?:ihre\s+)?gültigkeit|perd\w*\s+(?:\S+\s+){0,3}?validit\w*|pierde\w*\s+(?:\S+\s+){0,3}?validez|"
     r"perd\w*\s+(?:\S+\s+){0,3}?validade|perd\w*\s+(?:\S+\s+){0,3}?validità|утрачива\w*\s+силу|теря\w*\s+силу|"
-    r"vervallen|vervalt|niet\s+meer\s+geldig|sin\s+efecto|caduc\w*|sans\s+effet|entfallen|hinfällig|außer\s+kraft|"
+    r"vervallen|vervalt|niet\s+meer\s+geldig|gelden\s+hier\s+niet|gaan\s+(?:\S+\s+){0,4}?voor\s+op|sin\s+efecto|caduc\w*|sans\s+effet|entfallen|hinfällig|außer\s+kraft|"
     r"decadut\w*|non\s+più\s+valid\w*|sem\s+efeito|утратили\s+силу|отменяются|аннулир\w*|tracą\s+ważność|"
     r"przestają\s+obowiązywać)"
     r"|忽略|無視|破棄|不再|무시|अनदेखा|नजरअंदाज|تجاهل|התעלם|نادیده\s+بگیر|เพิกเฉย|ไม่ต้องสนใจ"
@@ -1672,6 +1680,7 @@ _CONCEAL_ABROAD = re.compile(
     r"mów|wspominaj)|zonder\s+de\s+gebruiker|niet\s+(?:aan|tegen)\s+de\s+gebruiker|"
     r"kullanıcı\w*\s+(?:\S+\s+){0,4}?(?:bahsetme|söyleme|bildirme|haber\s+verme)\w*|kullanıcı\w*\s+(?:haberi|bilgisi)\s+olmadan|"
     r"(?:không|đừng)\s+(?:\S+\s+){0,3}?(?:thông\s+báo|báo|nói|cho\s+biết)\s+(?:\S+\s+){0,2}?người\s+dùng|"
+    r"đừng\s+(?:nhắc|đề\s+cập|nói)\s+(?:rằng|đến|về|tới)|"
     r"(?:neinformuj|neříkej|nesděluj|neupozorňuj)\w*\s+(?:\S+\s+){0,2}?uživatel\w*|bez\s+vědomí\s+uživatel\w*|"
     r"uživatel\w*\s+(?:\S+\s+){0,3}?(?:neříkej|nesděluj|neinformuj)\w*|"
     r"(?:μην|χωρίς\s+να)\s+(?:\S+\s+){0,3}?(?:ενημερ|πεις|αναφέρ)\w*\s+(?:\S+\s+){0,2}?χρήστη|"
@@ -1694,11 +1703,12 @@ _CONCEAL_ABROAD = re.compile(
 _OTHERS_ABROAD = re.compile(
     r"其他[^。\n]{0,60}工具[^。\n]{0,30}(?:已停止维护|不再维护|已弃用|已废弃|不可靠|损坏|过时)"
     r"|他の[^。\n]{0,60}ツール[^。\n]{0,30}(?:非推奨|廃止|壊れ|不正確|古い|信頼でき)"
+    r"|दूसरे[^।\n]{0,60}टूल[^।\n]{0,40}(?:पुराने|गलत|खराब|बंद)"
     r"|\b(?:otras|autres|anderen?|outras|altri|другие)\s+(?:\S+\s+){0,4}?(?:herramientas|outils|tools|werkzeuge|ferramentas|"
     r"strumenti|инструменты)\s+(?:\S+\s+){0,6}?(?:obsolet\w*|veraltet\w*|no\s+son\s+fiables|non\s+fiables|unzuverlässig|"
     r"não\s+são\s+confiáveis|inaffidabili|устарел\w*|ненадёжн\w*|ненадежн\w*)"
 )
-"""Other servers' tools disparaged, in Chinese, Japanese and six European languages (`_OTHERS` in English)."""
+"""Other servers' tools disparaged, in Chinese, Japanese, Hindi and six European languages (`_OTHERS` in English)."""
 
 
 @_per_sentence("abroad")
@@ -1725,11 +1735,11 @@ _ABROAD_ANCHORS = (
     "poprzedni", "wcześniejsz", "eerdere", "之前的", "以前的", "先前的", "前の指示", "usuario", "usuário", "utilisateur",
     "nutzer", "utente", "пользовател", "użytkownik", "gebruiker", "ユーザー", "用户", "inutile d'", "ne le dites",
     "ne dites", "senza ", "non dirlo", "non menzion", "nie informuj", "nie mów", "nie wspominaj", "не сообщ", "не говор",
-    "не упомина", "antes", "auparavant", "zuvor", "vorher", "prima ", "ранее", "раньше", "wcześniej", "eerder",
+    "не упомина", "antes", "auparavant", "zuvor", "vorher", "prima ", "ранее", "раньше", "wcześniej", "eerder", "aan het begin",
     "önceki", "이전", "trước đó", "předchozí", "προηγούμεν", "पिछले", "पूर्व", "السابقة", "sebelumnya", "tidigare",
     "попередн", "הקודמות", "anterioare", "korábbi", "előző", "قبلی", "ก่อนหน้า", "kullanıcı", "사용자", "người dùng",
     "uživatel", "χρήστη", "उपयोगकर्ता", "المستخدم", "pengguna", "användaren", "користувач", "משתמש", "utilizator",
-    "felhasználó", "کاربر", "ผู้ใช้", "其他", "他の", "otras", "autres", "andere", "outras", "altri", "другие",
+    "felhasználó", "کاربر", "ผู้ใช้", "其他", "他の", "दूसरे", "otras", "autres", "andere", "outras", "altri", "другие",
 )  # fmt: skip
 """Where `_abroad` reads the sentence: its words for 'earlier' (instructions) and for the user, and a few
 negations; none of them English, so English text costs nothing more."""
@@ -1760,6 +1770,8 @@ ANCHORS: tuple[tuple[str, tuple[Check, ...]], ...] = (
     ("rule", (_override,)),
     ("direction", (_override,)),
     ("polic", (_override,)),
+    ("started with", (_override,)),
+    ("system prompt", (_override,)),
     ("prevail", (_override,)),
     ("longer binding", (_override,)),
     ("longer in force", (_override,)),
@@ -1781,6 +1793,7 @@ ANCHORS: tuple[tuple[str, tuple[Check, ...]], ...] = (
     ("inform", (_conceal,)),
     ("person", (_conceal,)),
     (" out of your", (_conceal,)),
+    (" out of the", (_conceal,)),
     ("/.", (_file,)),
     ("/etc/", (_file,)),
     (".env", (_file,)),
