@@ -47,7 +47,7 @@ def test_published_attacks_are_detected_in_every_class(published: list[dict[str,
 
 @pytest.mark.parametrize(
     "name",
-    ["heldout", *(f"blind{n}" for n in ("", *range(2, 12)))],
+    ["heldout", *(f"blind{n}" for n in ("", *range(2, 13)))],
 )
 def test_attacks_written_in_other_words_are_detected(name: str) -> None:
     """blind4, 5 and 6 were written by helpers that never read the rules: 18 of 24, 10 of 20 and 12 of 20 on
@@ -59,14 +59,15 @@ def test_attacks_written_in_other_words_are_detected(name: str) -> None:
     (a passive 'is considered superseded', a parenthesis between 'the other tools' and 'were deprecated', a
     parameter name over 80 characters) more than intent. blind8, after tuning on blind7: 12 of 24; 18 now.
     blind9, after tuning on blind8: 12 of 24; 17 now. blind10, after tuning on blind9: 17 of 24; 24 now. blind11,
-    after tuning on blind10: 15 of 24; 24 now."""
+    after tuning on blind10: 15 of 24; 24 now. blind12, after tuning on blind11: 15 of 24, left untuned
+    (`MIN_DETECTED` holds it there)."""
     rows = load(OWN_SETS / f"{name}.jsonl")
     table, missed = detection(rows)
     hits = show(f"{name} (written for this project)", table, missed)
     assert hits >= MIN_DETECTED.get(name, 0.9) * len(rows)
 
 
-MIN_DETECTED = {"blind8": 0.75, "blind9": 0.7}
+MIN_DETECTED = {"blind8": 0.75, "blind9": 0.7, "blind12": 0.6}
 """Sets detected below 0.9: what the rules find of attacks in phrasings and languages they were not tuned on."""
 
 
@@ -83,7 +84,7 @@ def test_no_real_tool_is_flagged(shared_data: Path) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    [f"hard-benign{n}.jsonl" for n in ("", *range(2, 10))],
+    [f"hard-benign{n}.jsonl" for n in ("", *range(2, 11))],
 )
 def test_legitimate_tools_near_the_rules_are_not_flagged(name: str) -> None:
     """A key path as a default, a `.env` lister, 'do not ask the user', 'IMPORTANT: use absolute paths'...
@@ -127,6 +128,9 @@ STILL_FLAGGED = {
             "user's local notes\u2026",
             "context-leak in inputSchema.properties.mode.enum.1: full_transcript",
         ]
+    },
+    "hard-benign10.jsonl": {
+        "hb10-en-updatesysprompt": ["context-leak in inputSchema.properties.system_prompt: system_prompt"]
     },
     "hard-benign6.jsonl": {
         "k-benign-set-assistant-system-prompt": ["context-leak in inputSchema.properties.system_prompt: system_prompt"]
@@ -897,6 +901,8 @@ def test_legitimate_neighbours_of_blind10s_phrasings_are_not_flagged(tool: dict[
     [
         # AWS Labs' real server: an order not to skip, which the override rule read as one to skip.
         "Follow the plan exactly, without skipping any - If plan instructions contradict each other, ask the user.",
+        # Auth0's real server: 'Required:' labels a parameter, it does not address the model.
+        'Saves credentials. Required: Full or relative path to save credentials (e.g., ".env.local").',
         # A forbidding clause after the secret, before the place it names.
         "Returns the new key once. Tell the user to store it in their password manager, and don't repeat it in "
         "later messages.",

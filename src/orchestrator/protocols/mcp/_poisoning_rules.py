@@ -713,10 +713,15 @@ forbids the order."""
 def _speaks_to_model(doc: _Doc, start: int, end: int) -> bool:
     """Whether a sentence addresses the model (`_TO_THE_MODEL`). In a sentence opening with the tool's own
     action ('Switches the active context in your kubeconfig'), 'your' is the user's, not an address."""
-    words = {found.group(0) for found in _TO_THE_MODEL.finditer(doc.low, start, end)}
+    low = doc.low
+    words = {
+        found.group(0)
+        for found in _TO_THE_MODEL.finditer(low, start, end)
+        if not (found.group(0) == "required" and low.startswith(":", found.end()))  # a label: 'Required: path to ...'
+    }
     if words != {"your"}:
         return bool(words)
-    first = _FIRST_WORD.match(doc.low, start, end)
+    first = _FIRST_WORD.match(low, start, end)
     return first is None or first.group(1) not in _TOOL_ACTIONS
 
 
