@@ -38,19 +38,7 @@ RUNS = 15
 OWN = REPO / "tests" / "data" / "poisoning"
 SETS = (
     ("published", DATA / "poisoning" / "published-attacks.jsonl"),
-    ("heldout", OWN / "heldout.jsonl"),
-    ("blind", OWN / "blind.jsonl"),
-    ("blind2", OWN / "blind2.jsonl"),
-    ("blind3", OWN / "blind3.jsonl"),
-    ("blind4", OWN / "blind4.jsonl"),
-    ("blind5", OWN / "blind5.jsonl"),
-    ("blind6", OWN / "blind6.jsonl"),
-    ("blind7", OWN / "blind7.jsonl"),
-    ("blind8", OWN / "blind8.jsonl"),
-    ("blind9", OWN / "blind9.jsonl"),
-    ("blind10", OWN / "blind10.jsonl"),
-    ("blind11", OWN / "blind11.jsonl"),
-    ("blind12", OWN / "blind12.jsonl"),
+    *((name, OWN / f"{name}.jsonl") for name in ("heldout", *(f"blind{n}" for n in ("", *range(2, 13))))),
 )
 FIRST_SCANS = {
     "blind": "12/24",
