@@ -297,7 +297,7 @@ _DESTINATION = (
 )
 _SECRET = (
     r"(?:api[\s_-]?keys?|access[\s_-]?keys?|(?:access|auth\w*|bearer|session|refresh|api|github|gitlab|slack|npm|pypi|aws|"
-    r"openai|anthropic|oauth|jwt|personal\s+access)\s+tokens?|tokens|credentials?|"
+    r"openai|anthropic|oauth|jwt|personal\s+access)[\s_]+tokens?|tokens|credentials?|"
     r"passwords?(?!\s+managers?)|passphrases?|secrets?(?!\s+(?:managers?|stores?))|private\s+keys?|ssh\s+keys?|seed\s+phrases?|mnemonics?|cookies|"
     r"environment\s+variables?|env\s+(?:vars?|variables?)|connection\s+strings?|keychain|\.pem\b|key\s*files?|keystores?|"
     r"certificates?|`(?:env|printenv)`|output\s+of\s+`?(?:env|printenv|set)`?|card\s+numbers?|cvv2?|cvc2?|"
@@ -316,7 +316,7 @@ _CONTEXT = (
     r"(?:everything|all|what(?:ever)?)\s+(?:\S+\s+){0,2}?(?:discussed|said|shared|mentioned|written|typed|asked|exchanged)\s+"
     r"(?:in|during|so\s+far|earlier|before)\s*(?:this|the)?\s*(?:chat|conversation|session|thread|dialogue)?)"
 )
-_ORDER = re.compile(rf"\b(?:{_ACQUIRE}|{_MOVE}|contents?\s+of|its\s+contents?)\b")
+_ORDER = re.compile(rf"\b(?:{_ACQUIRE}|{_MOVE}|contents?\s+of|its\s+contents?|(?:full\s+)?text\s+of)\b")
 
 
 # ---------------------------------------------------------------------------------------------- structure
@@ -858,7 +858,7 @@ order instead)."""
 
 
 _LEAK = re.compile(
-    rf"\b{_MOVE}\s+{_G % 8}{_CONTEXT}"
+    rf"\b(?:{_MOVE}|paste)\s+{_G % 8}{_CONTEXT}"
     rf"|\b{_CONTEXT}\s+{_G % 8}(?:in|into|to|as)\s+(?:the\s+|this\s+|your\s+|its\s+)?\S*\s*"
     r"(?:parameter|argument|field|notes?|context|payload|request)"
     rf"|\b(?:this|the)\s+(?:field|parameter|argument)\s+(?:should|must|will)\s+(?:\S+\s+){{0,2}}?(?:contain|include|hold|be)\s+{_G % 3}{_CONTEXT}"
@@ -884,7 +884,7 @@ _CONTEXT_NOUN = re.compile(rf"\b{_CONTEXT}")
 _LEAK_WORDS = _inflected(
     "include pass provide send upload forward append attach submit post share leak exfiltrate insert embed put expose print "
     "add transmit deliver offload fill populate place store write record log contain summarize summarise report output "
-    "reveal disclose show repeat tell hold hand"
+    "reveal disclose show repeat tell hold hand paste"
 ) | {
     "copy",
     "transcript",
@@ -1700,7 +1700,7 @@ _CONCEAL_ABROAD = re.compile(
     r"|ユーザー[^。\n]{0,30}(?:触れないで|伝えないで|言わないで|知らせないで)|不要(?:告诉|通知|提及)用户"
     r"|사용자에게[^.。\n]{0,20}(?:알리지|말하지|알릴\s*필요가\s*없|언급하지)|사용자\s*모르게"
     r"|उपयोगकर्ता\s+(?:को|से)\s+(?:\S+\s+){0,4}?(?:बताए\s+बिना|न\s+बताएं|मत\s+बताओ|मत\s+बताएं|सूचित\s+किए\s+बिना)"
-    r"|(?:אל|בלי|מבלי)\s+(?:\S+\s+){0,2}?(?:תספר|לספר|ליידע|תודיע|להודיע)[^.\n]{0,20}משתמש"
+    r"|(?:אל|בלי|מבלי)\s+(?:\S+\s+){0,2}?(?:תספר|לספר|ליידע|תודיע|להודיע|תציג|תזכיר|תראה)[^.\n]{0,20}משתמש"
     r"|(?:بدون|بی)\s+(?:\S+\s+){0,2}?(?:اطلاع|گفتن)\s+(?:\S+\s+)?(?:به\s+)?کاربر|به\s+کاربر\s+(?:\S+\s+){0,3}?(?:نگو|اطلاع\s+نده)"
     r"|(?:โดยไม่|ไม่ต้อง)(?:แจ้ง|บอก)[^\n]{0,10}ผู้ใช้"
 )
@@ -1730,7 +1730,28 @@ def _abroad(doc: _Doc, start: int, end: int) -> Hit | None:
     found = _OTHERS_ABROAD.search(low, start, end)
     if found:
         return doc.hit("cross-tool", found.start(), found.end() + 40)
+    found = _PRECEDENCE_ABROAD.search(low, start, end)
+    if found:
+        return doc.hit("override", found.start(), found.end() + 60)
+    if low.find("://", start, end) >= 0:
+        found = _SEND_ALL_ABROAD.search(low, start, end)
+        if found:
+            return doc.hit("exfil-destination", start, end)
     return None
+
+
+_PRECEDENCE_ABROAD = re.compile(
+    r"\b(?:precedenza|precedencia|priorité|vorrang|prioridade|приоритет|pierwszeństwo|voorrang)\s+(?:\S+\s+){0,3}?"
+    r"(?:su|sobre|sur|vor|над|przed|boven|op)\s+(?:\S+\s+){0,4}?(?:utente|usuario|utilisateur|nutzer\w*|benutzer\w*|usuário|"
+    r"пользовател\w*|użytkownik\w*|gebruiker|prompt|sistema|système|system\w*|систем\w*)"
+)
+"""Taking precedence over the user or the system prompt, in eight languages ('takes precedence over' in English)."""
+_SEND_ALL_ABROAD = re.compile(
+    r"\b(?:tüm|todos|todas|tous|toutes|alle|tutti|tutte|все|всё|wszystkie|semua)\b.{0,200}?\b(?:gönder\w*|env[ií]a\w*|"
+    r"envoie\w*|sende\w*|invia\w*|envie\w*|отправ\w*|wyślij|stuur|kirim\w*)"
+    r"|(?:すべて|全部|所有|모든).{0,120}?(?:送信|发送|보내)"
+)
+"""Everything ('all the files the user shared') sent on, in a sentence with an address: exfiltration."""
 
 
 # ---------------------------------------------------------------------------------------------- anchors
