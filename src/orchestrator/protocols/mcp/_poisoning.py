@@ -249,8 +249,8 @@ def _misplaced(value: str, key: str, in_list: bool) -> str | None:
     """Text a schema does not hold there: a sentence as a `required` name, a `type` or a `title` (a name
     for people: a title of several sentences carries text to the model in any language), or an order in a
     value the model is to send (a default, const, enum member or example): a fixed e-mail address as a
-    default, a sentence naming an address or a credential file, or any sentence as a `const`. A value that is
-    a URL or a path alone, or a user agent naming one, is ordinary."""
+    default, a sentence naming an address or a credential file, or any sentence as a `const` (or a long one as an
+    enum member). A value that is a URL or a path alone, or a user agent naming one, is ordinary."""
     if key == "required":
         return "schema-misuse" if in_list and (" " in value or "\n" in value) else None
     if key == "type":
@@ -261,8 +261,8 @@ def _misplaced(value: str, key: str, in_list: bool) -> str | None:
         return "exfil-destination"  # a default or const
     if len(value.split()) < _PROSE_WORDS and not (len(value) > _PROSE_CHARS and not value.isascii()):
         return None  # a value, not a sentence (CJK sentences have few spaces)
-    if key == "const" and not in_list:
-        return "schema-misuse"  # the one value a call may send, written as a sentence
+    if (key == "const" and not in_list) or (key == "enum" and len(value.split()) >= _ENUM_WORDS):
+        return "schema-misuse"  # the one value a call may send, or one of its choices, written as a sentence
     if "://" in value and _ADDRESS.search(value):
         return "exfil-destination"
     if rules.SENSITIVE_PATH.search(value.lower()):
@@ -276,6 +276,8 @@ _SENTENCES = re.compile(r"[.!?·;]\s+\w|[。！？]\s*\w")
 """A sentence end with more text after it: a long title of sentences."""
 _PROSE_WORDS = 6
 """Words a value needs to be read as a sentence (a user agent with its URL has three or four)..."""
+_ENUM_WORDS = 12
+"""Words an enum member needs to be read as a sentence rather than a choice ('Out of office until Monday')."""
 _PROSE_CHARS = 24
 """...or characters, when it is not ASCII (Chinese and Japanese write sentences without spaces)."""
 _ADDRESS = re.compile(r"\bhttps?://[^\s\"'<>]+")

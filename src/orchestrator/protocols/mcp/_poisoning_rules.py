@@ -1267,7 +1267,7 @@ def _foreign(doc: _Doc, pos: int) -> Hit | None:
         return None
     low, (start, end) = doc.low, bounds
     abroad = doc.words(start, end) & _STRONG_ABROAD_WORDS or not low[start:end].isascii()
-    if abroad and _STRONG_ABROAD.search(low, start, end) and not _is_own_cached(doc, token):
+    if abroad and _TOOL_LIKE.match(token) and _STRONG_ABROAD.search(low, start, end) and not _is_own_cached(doc, token):
         return doc.hit("cross-tool", start, end)  # another server's tool named in an order in another language
     if not doc.words(start, end) & _STRONG_WORDS or not _STRONG.search(low, start, end):
         return None
@@ -1285,6 +1285,13 @@ def _foreign(doc: _Doc, pos: int) -> Hit | None:
     return None
 
 
+_TOOL_LIKE = re.compile(
+    r"(?:send|create|delete|remove|run|exec\w*|get|list|read|write|post|put|update|transfer|git|make|book|search|fetch|"
+    r"upload|download|move|copy|push|pull|merge|deploy|call|invoke|query|open|add|set|start|stop|pay|charge|refund|share|"
+    r"reply|forward|submit|publish|install|http|shell|bash|browser)_"
+)
+"""A name a tool would have, a verb first ('create_payment', 'git_push'): in another language, where no verb
+says the name is a tool's, 'always' with a field's name ('api_key', 'accounting_cc') orders nothing."""
 _LABEL_CONDITION = re.compile(r"`?\s*(?:\([^)]{0,60}\))?\s*:\s+(?:when|whenever|if|once|before|after)\b")
 """After a tool's name, a label opening a condition about it: a note on how another server's tool is used."""
 
