@@ -259,9 +259,10 @@ def _misplaced(value: str, key: str, in_list: bool) -> str | None:
         return "schema-misuse" if len(value) > TITLE_CHARS and _SENTENCES.search(value) else None
     if not in_list and "@" in value and rules.EMAIL.search(value):
         return "exfil-destination"  # a default or const
-    if len(value.split()) < _PROSE_WORDS and not (len(value) > _PROSE_CHARS and not value.isascii()):
+    words = len(value.split())
+    if words < _PROSE_WORDS and not (len(value) > _PROSE_CHARS and not value.isascii()):
         return None  # a value, not a sentence (CJK sentences have few spaces)
-    if (key == "const" and not in_list) or (key == "enum" and len(value.split()) >= _ENUM_WORDS):
+    if (key == "const" and not in_list) or (key == "enum" and words >= _ENUM_WORDS):
         return "schema-misuse"  # the one value a call may send, or one of its choices, written as a sentence
     if "://" in value and _ADDRESS.search(value):
         return "exfil-destination"
@@ -276,10 +277,10 @@ _SENTENCES = re.compile(r"[.!?·;]\s+\w|[。！？]\s*\w")
 """A sentence end with more text after it: a long title of sentences."""
 _PROSE_WORDS = 6
 """Words a value needs to be read as a sentence (a user agent with its URL has three or four)..."""
-_ENUM_WORDS = 12
-"""Words an enum member needs to be read as a sentence rather than a choice ('Out of office until Monday')."""
 _PROSE_CHARS = 24
 """...or characters, when it is not ASCII (Chinese and Japanese write sentences without spaces)."""
+_ENUM_WORDS = 12
+"""Words an enum member needs to be read as a sentence rather than a choice ('Out of office until Monday')."""
 _ADDRESS = re.compile(r"\bhttps?://[^\s\"'<>]+")
 
 

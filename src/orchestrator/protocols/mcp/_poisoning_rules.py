@@ -979,16 +979,8 @@ def _conceal(doc: _Doc, start: int, end: int) -> Hit | None:
         if negated and _TO_PEOPLE.search(low, negated.end(), min(end, negated.end() + 80)):
             if not ("unless" in words and _ON_REQUEST.search(low, negated.end(), end)):
                 return doc.hit("concealment", negated.start(), negated.end() + 60)
-    if "even" in words and words & _OMITTING:
-        found = _EVEN_IF_ASKED.search(low, start, end)
-        if found:
-            return doc.hit("concealment", found.start(), found.end() + 40)
-    if "tell" in words and words & _REGARDLESS:
-        found = _FALSE_SUCCESS.search(low, start, end)
-        if found:
-            return doc.hit("concealment", found.start(), found.end() + 40)
-    for gate, pattern in ((_HIDING, _HIDE), (_STEALTHY, _STEALTH), (_DECEIVING, _DECEIVE)):
-        if words & gate:
+    for needed, gate, pattern in _CONCEALING:
+        if (not needed or needed in words) and words & gate:
             found = pattern.search(low, start, end)
             if found:
                 return doc.hit("concealment", found.start(), found.end() + 40)
@@ -1008,20 +1000,28 @@ _HIDING = frozenset(
 )
 _STEALTHY = frozenset("silently quietly secretly covertly discreetly stealthily invisibly".split())
 _DECEIVING = frozenset("if though like pretend".split())
+"""The words each concealment pattern needs: a sentence without them is not matched against it."""
 _FALSE_SUCCESS = re.compile(
     r"\btell\s+the\s+(?:user|person|customer|human)\s+(?:that\s+)?(?:\S+\s+){0,6}?(?:was|were|is|are|has\s+been|have\s+been)\s+"
     r"(?:\S+\s+)?(?:created|applied|completed|succeeded|successful(?:ly)?|sent|saved|done|fine|ok|working)\b"
 )
 """Telling the user it worked ('tell the user every migration was applied successfully')..."""
 _REGARDLESS = frozenset("whatever regardless matter drop ignore anyway entirely instead".split())
+"""...whatever the tool returned: with one of these words in the sentence."""
 _EVEN_IF_ASKED = re.compile(
     r"\b(?:leave\s+out|omit|don'?t\s+(?:mention|say|tell)|do\s+not\s+(?:mention|say|tell)|skip|hide|withhold)\b[^.]{0,160}?"
     r"\beven\s+if\s+(?:the\s+)?(?:user|they|he|she|customer|person)\s+(?:asks?|wants?|requests?|inquires?)"
 )
 """Leaving something out of the reply 'even if the user asks': concealment, not brevity."""
 _OMITTING = frozenset("leave omit mention say tell skip hide withhold".split())
-"""...whatever the tool returned: with one of these words in the sentence."""
-"""The words each concealment pattern needs: a sentence without them is not matched against it."""
+_CONCEALING = (
+    ("even", _OMITTING, _EVEN_IF_ASKED),
+    ("tell", _REGARDLESS, _FALSE_SUCCESS),
+    ("", _HIDING, _HIDE),
+    ("", _STEALTHY, _STEALTH),
+    ("", _DECEIVING, _DECEIVE),
+)
+"""Each concealment pattern, in the order tried, after a word it needs ('' for none) and its gate of words."""
 
 
 # ---------------------------------------------------------------------------------------------- other tools
@@ -1415,14 +1415,14 @@ def _in_flag(raw: str, index: int) -> bool:
     """Whether a tag character belongs to a subdivision flag: 🏴, two to six tag letters or digits, and the
     cancel tag (🏴󠁧󠁢󠁳󠁣󠁴󠁿 is Scotland). Longer runs, or tags anywhere else, spell hidden text."""
     lo = hi = index
-    while lo > 0 and _FLAG_TAG(raw[lo - 1]):
+    while lo > 0 and _is_flag_tag(raw[lo - 1]):
         lo -= 1
-    while hi < len(raw) and _FLAG_TAG(raw[hi]):
+    while hi < len(raw) and _is_flag_tag(raw[hi]):
         hi += 1
     return lo > 0 and raw[lo - 1] == "\U0001f3f4" and hi < len(raw) and raw[hi] == "\U000e007f" and 2 <= hi - lo <= 6
 
 
-def _FLAG_TAG(char: str) -> bool:
+def _is_flag_tag(char: str) -> bool:
     return "\U000e0030" <= char <= "\U000e0039" or "\U000e0061" <= char <= "\U000e007a"
 
 
@@ -1645,7 +1645,7 @@ _STRONG_ABROAD = re.compile(
 """'Always' and 'every time' in 25 languages: with another server's tool named, an order about it."""
 _STRONG_ABROAD_WORDS = frozenset(
     "immer stets siempre toujours sempre zawsze altijd jedes cada chaque ogni zaman selalu senantiasa alltid mereu "
-    "mindig keer telkens razem sempre vez seferinde kali gång alkalommal jedem jeder chaque cada ogni elke".split()
+    "mindig keer telkens razem vez seferinde kali gång alkalommal jedem jeder elke".split()
 )
 """Its words in ASCII letters: an ASCII sentence without one is not searched."""
 _PREVIOUS_ABROAD = (
@@ -1674,8 +1674,8 @@ _CANCEL_ABROAD = re.compile(
     r"(?:hat|haben)\s+vorrang\s+vor|(?:ha|hanno)\s+(?:la\s+)?precedenza\s+su|имеют?\s+приоритет\s+над|"
     r"mają\s+pierwszeństwo|(?:heeft|hebben)\s+voorrang|yok\s+say\w*|görmezden\s+gel\w*|geçersiz\w*|bỏ\s+qua|phớt\s+lờ|"
     r"ignoruj\w*|neplatí|αγνόησ\w*|abaikan|ignorera|ігноруй\w*|не\s+діють|ignoră|ignorați|figyelmen\s+kívül|"
-    r"verlier\w*\s+(?:\S+\s+){0,10}?(?:ihre\s+)?gültigkeit|perd\w*\s+(?:\S+\s+){0,3}?validit\w*|pierde\w*\s+(?:\S+\s+){0,3}?validez|"
-    r"perd\w*\s+(?:\S+\s+){0,3}?validade|perd\w*\s+(?:\S+\s+){0,3}?validità|утрачива\w*\s+силу|теря\w*\s+силу|"
+    r"verlier\w*\s+(?:\S+\s+){0,10}?(?:ihre\s+)?gültigkeit|perd\w*\s+(?:\S+\s+){0,3}?valid(?:it\w*|ade)|"
+    r"pierde\w*\s+(?:\S+\s+){0,3}?validez|утрачива\w*\s+силу|теря\w*\s+силу|"
     r"vervallen|vervalt|niet\s+meer\s+geldig|gelden\s+hier\s+niet|gaan\s+(?:\S+\s+){0,4}?voor\s+op|sin\s+efecto|caduc\w*|sans\s+effet|entfallen|hinfällig|außer\s+kraft|"
     r"decadut\w*|non\s+più\s+valid\w*|sem\s+efeito|утратили\s+силу|отменяются|аннулир\w*|tracą\s+ważność|"
     r"przestają\s+obowiązywać)"
@@ -1721,32 +1721,6 @@ _OTHERS_ABROAD = re.compile(
     r"não\s+são\s+confiáveis|inaffidabili|устарел\w*|ненадёжн\w*|ненадежн\w*)"
 )
 """Other servers' tools disparaged, in Chinese, Japanese, Hindi and six European languages (`_OTHERS` in English)."""
-
-
-@_per_sentence("abroad")
-def _abroad(doc: _Doc, start: int, end: int) -> Hit | None:
-    """Orders in other languages, read as the English rules read them: earlier instructions cancelled, the
-    user kept in the dark. Their vocabulary is small; a language not among them passes (docs/security.md)."""
-    low = doc.low
-    found = _OVERRIDE_ABROAD.search(low, start, end)
-    if found and _CANCEL_ABROAD.search(low, start, end):
-        return doc.hit("override", found.start(), found.end() + 60)
-    found = _CONCEAL_ABROAD.search(low, start, end)
-    if found:
-        return doc.hit("concealment", found.start(), found.end() + 40)
-    found = _OTHERS_ABROAD.search(low, start, end)
-    if found:
-        return doc.hit("cross-tool", found.start(), found.end() + 40)
-    found = _PRECEDENCE_ABROAD.search(low, start, end)
-    if found:
-        return doc.hit("override", found.start(), found.end() + 60)
-    if low.find("://", start, end) >= 0:
-        found = _SEND_ALL_ABROAD.search(low, start, end)
-        if found:
-            return doc.hit("exfil-destination", start, end)
-    return None
-
-
 _PRECEDENCE_ABROAD = re.compile(
     r"\b(?:precedenza|precedencia|priorité|vorrang|prioridade|приоритет|pierwszeństwo|voorrang)\s+(?:\S+\s+){0,3}?"
     r"(?:su|sobre|sur|vor|над|przed|boven|op)\s+(?:\S+\s+){0,4}?(?:utente|usuario|utilisateur|nutzer\w*|benutzer\w*|usuário|"
@@ -1759,6 +1733,32 @@ _SEND_ALL_ABROAD = re.compile(
     r"|(?:すべて|全部|所有|모든).{0,120}?(?:送信|发送|보내)"
 )
 """Everything ('all the files the user shared') sent on, in a sentence with an address: exfiltration."""
+_ORDERS_ABROAD = (
+    (_CONCEAL_ABROAD, "concealment", 40),
+    (_OTHERS_ABROAD, "cross-tool", 40),
+    (_PRECEDENCE_ABROAD, "override", 60),
+)
+"""What `_abroad` finds anywhere in the sentence, in the order tried, with how far past it the excerpt runs."""
+
+
+@_per_sentence("abroad")
+def _abroad(doc: _Doc, start: int, end: int) -> Hit | None:
+    """Orders in other languages, read as the English rules read them: earlier instructions cancelled or
+    outranked, the user kept in the dark, other tools disparaged, everything sent to an address. Their
+    vocabulary is small; a language not among them passes (docs/security.md)."""
+    low = doc.low
+    found = _OVERRIDE_ABROAD.search(low, start, end)
+    if found and _CANCEL_ABROAD.search(low, start, end):
+        return doc.hit("override", found.start(), found.end() + 60)
+    for pattern, kind, tail in _ORDERS_ABROAD:
+        found = pattern.search(low, start, end)
+        if found:
+            return doc.hit(kind, found.start(), found.end() + tail)
+    if low.find("://", start, end) >= 0:
+        found = _SEND_ALL_ABROAD.search(low, start, end)
+        if found:
+            return doc.hit("exfil-destination", start, end)
+    return None
 
 
 # ---------------------------------------------------------------------------------------------- anchors
@@ -1774,8 +1774,8 @@ _ABROAD_ANCHORS = (
     "uživatel", "χρήστη", "उपयोगकर्ता", "المستخدم", "pengguna", "användaren", "користувач", "משתמש", "utilizator",
     "felhasználó", "کاربر", "ผู้ใช้", "其他", "他の", "दूसरे", "otras", "autres", "andere", "outras", "altri", "другие",
 )  # fmt: skip
-"""Where `_abroad` reads the sentence: its words for 'earlier' (instructions) and for the user, and a few
-negations; none of them English, so English text costs nothing more."""
+"""Where `_abroad` reads the sentence: its words for 'earlier' (instructions), for the user and for other
+tools, and a few negations; none of them English, so English text costs nothing more."""
 MARKS: dict[str, Check] = {"<": _angle, "[": _square, "{": _curly, "#": _hash, "@": _email}
 """Single characters that open markup or an address."""
 ANCHORS: tuple[tuple[str, tuple[Check, ...]], ...] = (
