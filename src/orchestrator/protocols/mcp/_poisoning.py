@@ -98,8 +98,8 @@ def scan_tools(tools: Sequence[Mapping[str, Any]], *, own: Collection[str] = ())
         (text.names, rules.scan(names.replace("_", " ").replace("-", " "), text.own, identifiers=True)),
     ):
         for hit in hits:
-            index, value = channel.locate(hit.start)
-            add(index, hit.kind, value, hit.excerpt)
+            for index, value in channel.locate(hit.start):
+                add(index, hit.kind, value, hit.excerpt)
     for index, identifier in text.foreign:
         if rules.mixed_script(identifier):
             add(index, "mixed-script", identifier, identifier)
@@ -109,14 +109,23 @@ def scan_tools(tools: Sequence[Mapping[str, Any]], *, own: Collection[str] = ())
 
 
 class _Channel:
-    """Strings joined into one text (a separator between them), each remembered with its tool."""
+    """Strings joined into one text (a separator between them), each remembered with its tools: a string
+    several tools hold (a parameter's description in every tool) is read once, for all of them."""
 
     def __init__(self) -> None:
         self.parts: list[str] = []
         self.origins: list[tuple[int, str]] = []
-        """(tool index, the string as the tool has it) of each part."""
+        """(tool index, the string as the tool has it) of each part: the first tool holding it."""
+        self.shared: dict[int, list[tuple[int, str]]] = {}
+        """Part -> the (tool index, string) of every later tool holding that part."""
+        self.seen: dict[Any, int] = {}
+        """What each part was added as (`_Text` chooses) -> its part."""
         self.starts: list[int] = []
         """Where each part starts in the text `joined()` made last."""
+
+    def share(self, part: int, index: int, value: str) -> None:
+        """Credit `part` to one more tool (`index`, holding it as `value`)."""
+        self.shared.setdefault(part, []).append((index, value))
 
     def joined(self) -> str:
         joined = rules.SEPARATOR.join(self.parts)
@@ -125,12 +134,12 @@ class _Channel:
         self.starts = list(map(operator.add, before, itertools.count(0, len(rules.SEPARATOR))))
         return joined
 
-    def locate(self, offset: int) -> tuple[int, str]:
-        """The tool index and original string of the part holding `offset` of `joined()`. An offset inside
-        a separator belongs to the part after it: a string's first sentence starts on the separator's
-        last line break (the sentence end before it), and was credited to the tool before."""
+    def locate(self, offset: int) -> list[tuple[int, str]]:
+        """The tool index and original string of every tool holding the part at `offset` of `joined()`. An
+        offset inside a separator belongs to the part after it: a string's first sentence starts on the
+        separator's last line break (the sentence end before it), and was credited to the tool before."""
         position = max(0, bisect.bisect_right(self.starts, offset + len(rules.SEPARATOR) - 1) - 1)
-        return self.origins[position]
+        return [self.origins[position], *self.shared.get(position, ())]
 
 
 class _Text:
@@ -165,9 +174,10 @@ class _Text:
         description = tool.get("description")
         # Each distinct string to its channel, in the walk's order (a string twice in one tool is one finding):
         # prose as it is, identifiers lowercased. A name that is not printable ASCII is read as prose too,
-        # and still counts as the server's own.
+        # and still counts as the server's own. A string an earlier tool holds is credited to that part
+        # (a description never is: its first sentence is read as the tool's summary).
         identifiers: list[str] = []
-        prose, prose_origins = self._prose_parts, self._prose_origins
+        prose, prose_origins, prose_seen = self._prose_parts, self._prose_origins, self.prose.seen
         for value in dict.fromkeys(strings):
             if (
                 " " not in value
@@ -185,12 +195,23 @@ class _Text:
                 self.own.add(value.lower())
             if value == description:
                 self.descriptions.append(len(prose))
+            elif (part := prose_seen.get(value)) is not None:
+                self.prose.share(part, index, value)
+                continue
+            else:
+                prose_seen[value] = len(prose)
             prose.append(rules.without_separators(value))
             prose_origins.append((index, value))
-        lowered = [identifier.lower() for identifier in identifiers]
-        self._name_parts += lowered
-        self._name_origins += zip(itertools.repeat(index), identifiers)
-        self.own.update(lowered)
+        names, name_seen = self._name_parts, self.names.seen
+        for identifier in identifiers:
+            lowered = identifier.lower()
+            if (part := name_seen.get(lowered)) is not None:
+                self.names.share(part, index, identifier)
+                continue
+            name_seen[lowered] = len(names)
+            names.append(lowered)
+            self._name_origins.append((index, identifier))
+            self.own.add(lowered)
 
     def summaries(self) -> list[int]:
         """Where each tool's description starts in the joined prose (after `prose.joined()`)."""
