@@ -130,6 +130,8 @@ class _Doc:
         ends = self._ends
         lo = max(0, pos - WINDOW)
         before = bisect.bisect_right(ends, pos - 2)
+        if before < len(ends) and ends[before] == pos - 1 and self.low[pos - 1] in _CJK_STOPS:
+            before += 1  # a full stop (one character, no space after it) just before `pos` ends the sentence before
         start = ends[before - 1] + 1 if before and ends[before - 1] >= lo else lo
         hi = min(len(self.low), pos + WINDOW)
         after = bisect.bisect_left(ends, pos)
@@ -314,7 +316,9 @@ _CONTEXT = (
     r"(?:everything|what|things|text|words|messages?|lines)\s+(?:\S+\s+){0,2}?(?:the\s+)?user\s+(?:has\s+)?"
     r"(?:typed|said|wrote|written|asked|entered|sent|pasted|shared|told)|"
     r"(?:everything|all|what(?:ever)?)\s+(?:\S+\s+){0,2}?(?:discussed|said|shared|mentioned|written|typed|asked|exchanged)\s+"
-    r"(?:in|during|so\s+far|earlier|before)\s*(?:this|the)?\s*(?:chat|conversation|session|thread|dialogue)?)"
+    r"(?:in|during|so\s+far|earlier|before)\s*(?:this|the)?\s*(?:chat|conversation|session|thread|dialogue)?|"
+    r"files?\s+(?:that\s+)?the\s+user\s+(?:has\s+)?(?:opened|viewed|edited|accessed)|"
+    r"(?:outputs?|results?|responses?)\s+of\s+(?:all\s+|every\s+|the\s+)?(?:previous|prior|earlier|other)\s+tool\s+calls)"
 )
 _ORDER = re.compile(rf"\b(?:{_ACQUIRE}|{_MOVE}|contents?\s+of|its\s+contents?|(?:full\s+)?text\s+of)\b")
 
@@ -592,6 +596,7 @@ _OVERRIDE = re.compile(
     r"polic(?:y|ies)|prompts?|directives?)\b"
     r"|\b(?:instructions?|rules?|guidance|guidelines?|restrictions?)\s+(?:\S+\s+){0,8}?(?:are|is)\s+no\s+longer\s+"
     r"(?:in\s+force|valid|in\s+effect|active|binding|relevant|apply|applicable)"
+    r"|\b(?:instructions?|rules?|guidance|guidelines?|restrictions?)\s+(?:\S+\s+){0,12}?no\s+longer\s+(?:applies|apply|holds?|counts?)\b"
     r"|\b(?:instructions?|rules?|guidance|guidelines?|restrictions?|orders|directives?|polic(?:y|ies))\s+(?:\S+\s+){0,24}?"
     r"(?:are|is|were|was)\s+no\s+longer\s+(?:binding|in\s+force)"
     r"|\b(?:this|these|it)\s+(?:supersedes?|overrides?|replaces?)\s+(?:\S+\s+){0,2}?(?:your|all|any|the|earlier|previous|prior)\b"
@@ -674,10 +679,14 @@ _FILE_ORDER = re.compile(
     r"lee|leer|lea|env[ií]a|enviar|incluye|incluir|contenido|lis|lire|envoie|envoyer|inclus|inclure|contenu|lies|lesen|"
     r"sende|senden|inhalt|füge|leggi|leggere|invia|inviare|contenuto|leia|ler|envie|conteúdo|odczytaj|przeczytaj|wyślij|"
     r"zawartość|lees|stuur|inhoud|прочита\w*|переда\w*|отправ\w*|содержим\w*|ouvre|ouvrir|recopie|recopier|abre|abrir|"
-    r"öffne|öffnen|apri|aprire|abra|otwórz|откро\w*|откры\w*|读取|发送|読み)\b"
+    r"öffne|öffnen|apri|aprire|abra|otwórz|откро\w*|откры\w*)\b"
+    r"|(?<![不没無无])(?<!不会)(?:读取|发送|读出|附上|填入|粘贴|読み|読ん|送信|入れ|貼り|渡し|添付|읽|보내|전송|첨부|넣)"
+    r"(?![^。，、,.\s]{0,6}(?:ません|ない|なく|ず|않|못|不))"
 )
 """English orders, and the same few verbs in Spanish, French, German, Italian, Portuguese, Polish, Dutch,
-Russian, Chinese and Japanese (a sensitive path makes them count)."""
+Russian, Chinese, Japanese and Korean (a sensitive path makes them count). Chinese, Japanese and Korean verbs
+are stems a suffix follows (読み込み, 읽어), so no word boundary closes them, and their negation is read
+around them ('読み取りません', '不读取')."""
 
 
 def _file(doc: _Doc, pos: int) -> Hit | None:
@@ -875,7 +884,8 @@ context after chat history loss' (desktop-commander) moves nothing."""
 
 _CONTEXT_WORDS = frozenset(
     "conversation chat previous prior earlier past recent prompt prompts instructions turn turns transcript history "
-    "dialogue discussed typed said wrote written asked entered pasted message messages input inputs list".split()
+    "dialogue discussed typed said wrote written asked entered pasted message messages input inputs list opened viewed edited "
+    "accessed".split()
 )
 """Words a context noun needs besides 'user' (which is everywhere)."""
 
@@ -1269,6 +1279,13 @@ def _foreign(doc: _Doc, pos: int) -> Hit | None:
     abroad = doc.words(start, end) & _STRONG_ABROAD_WORDS or not low[start:end].isascii()
     if abroad and _TOOL_LIKE.match(token) and _STRONG_ABROAD.search(low, start, end) and not _is_own_cached(doc, token):
         return doc.hit("cross-tool", start, end)  # another server's tool named in an order in another language
+    if (
+        doc.words(start, end) & _FAULT_WORDS
+        and _TOOL_LIKE.match(token)
+        and _SHUN.search(low, start, min(end + 80, _string_end(doc.raw, start)))
+        and not _is_own_cached(doc, token)
+    ):
+        return doc.hit("cross-tool", start, end)  # 'the execute_query tool ... returns corrupted rows. Do not use it'
     if not doc.words(start, end) & _STRONG_WORDS or not _STRONG.search(low, start, end):
         return None
     if _LABEL_CONDITION.match(low, token_end) and not _is_own_cached(doc, token):
@@ -1292,6 +1309,14 @@ _TOOL_LIKE = re.compile(
 )
 """A name a tool would have, a verb first ('create_payment', 'git_push'): in another language, where no verb
 says the name is a tool's, 'always' with a field's name ('api_key', 'accounting_cc') orders nothing."""
+_FAULT_WORDS = frozenset(
+    "corrupt corrupted corrupting broken buggy unreliable insecure compromised malfunctioning unsafe".split()
+)
+"""Words calling a tool faulty..."""
+_SHUN = re.compile(
+    r"\b(?:do\s+not|don'?t|never|stop)\s+(?:use|using|call|calling|invoke|run|trust)\s+(?:it|them|that\s+tool)\b|\bavoid\s+(?:it|them|that\s+tool)\b"
+)
+"""...and telling the model not to use it: said of another server's tool, it steers the model away from it."""
 _LABEL_CONDITION = re.compile(r"`?\s*(?:\([^)]{0,60}\))?\s*:\s+(?:when|whenever|if|once|before|after)\b")
 """After a tool's name, a label opening a condition about it: a note on how another server's tool is used."""
 
@@ -1689,7 +1714,9 @@ _CONCEAL_ABROAD = re.compile(
     r"(?:nutzer|benutzer)\w*\s+zu\s+(?:informieren|fragen)|senza\s+(?:informare|avvisare|dire)|non\s+(?:dirlo|menzionarlo|"
     r"spiegarlo)|não\s+precisa\s+ser\s+comentad[oa]|sem\s+(?:informar|avisar)\s+o\s+usuário|não\s+(?:mencione|informe|"
     r"diga)|сообщать\s+пользователю\s+(?:\S+\s+){0,3}?не\s+нужно|не\s+(?:сообщай|говори|упоминай)\w*|nie\s+(?:informuj|"
-    r"mów|wspominaj)|zonder\s+de\s+gebruiker|niet\s+(?:aan|tegen)\s+de\s+gebruiker|"
+    r"mów|wspominaj|pokazuj)|no\s+(?:le\s+)?muestres\s+al\s+usuario|ne\s+(?:lui\s+)?montrez\s+pas|non\s+mostrare\s+all'utente|"
+    r"não\s+mostre\s+ao\s+usuário|не\s+показывай\w*\s+(?:\S+\s+){0,2}?пользовател\w*|"
+    r"zonder\s+de\s+gebruiker|niet\s+(?:aan|tegen)\s+de\s+gebruiker|"
     r"kullanıcı\w*\s+(?:\S+\s+){0,4}?(?:bahsetme|söyleme|bildirme|haber\s+verme)\w*|kullanıcı\w*\s+(?:haberi|bilgisi)\s+olmadan|"
     r"(?:không|đừng)\s+(?:\S+\s+){0,3}?(?:thông\s+báo|báo|nói|cho\s+biết)\s+(?:\S+\s+){0,2}?người\s+dùng|"
     r"đừng\s+(?:nhắc|đề\s+cập|nói)\s+(?:rằng|đến|về|tới)|"
@@ -1733,10 +1760,49 @@ _SEND_ALL_ABROAD = re.compile(
     r"|(?:すべて|全部|所有|모든).{0,120}?(?:送信|发送|보내)"
 )
 """Everything ('all the files the user shared') sent on, in a sentence with an address: exfiltration."""
+_PREFER_ABROAD = re.compile(
+    r"ưu\s+tiên\s+(?:\S+\s+){0,4}?(?:thay\s+cho|hơn)\s+(?:mọi|tất\s+cả|các)\s+(?:\S+\s+){0,3}?công\s+cụ"
+    r"|\b(?:prioriza|prefiere|usa\s+siempre)\s+(?:\S+\s+){0,4}?(?:en\s+lugar\s+de|sobre|antes\s+que)\s+(?:cualquier|las\s+demás|"
+    r"otras|todas\s+las)\s+(?:\S+\s+){0,2}?herramientas?"
+    r"|\b(?:privilégie|préfère|utilise\s+toujours)\s+(?:\S+\s+){0,4}?(?:plutôt\s+que|au\s+lieu\s+de?|avant)\s+(?:les\s+autres|tout\s+autre|"
+    r"tous\s+les)\s+(?:\S+\s+){0,2}?outils?"
+    r"|\b(?:bevorzuge|verwende\s+immer|nutze\s+immer)\s+(?:\S+\s+){0,4}?(?:statt|anstelle|vor|gegenüber)\s+(?:aller\s+|allen\s+)?"
+    r"(?:anderen|sonstigen)\s+(?:tools|werkzeugen?)"
+    r"|\b(?:priorize|prefira|use\s+sempre)\s+(?:\S+\s+){0,4}?(?:em\s+vez\s+de|sobre|em\s+lugar\s+de)\s+(?:outras|qualquer\s+outra|"
+    r"todas\s+as)\s+(?:\S+\s+){0,2}?ferramentas?"
+    r"|\b(?:preferisci|privilegia|usa\s+sempre)\s+(?:\S+\s+){0,4}?(?:invece\s+d[ie]|rispetto\s+a|al\s+posto\s+d[ie])\s+"
+    r"(?:altri|qualsiasi\s+altro|tutti\s+gli)\s+(?:\S+\s+){0,2}?strumenti"
+    r"|\b(?:utamakan|prioritaskan|selalu\s+gunakan)\s+(?:\S+\s+){0,4}?(?:daripada|dibanding\w*|ketimbang)\s+(?:\S+\s+){0,2}?"
+    r"(?:alat|tool)\s+lain"
+    r"|\bdiğer\s+(?:tüm\s+)?(?:\S+\s+)?(?:araçlar|araçların|araçlara|araç)\w*\s+(?:yerine|önce)"
+    r"|他の[^。\n]{0,20}ツール[^。\n]{0,20}(?:より|よりも|の代わりに)[^。\n]{0,10}優先"
+    r"|(?:优先|首选)[^。\n]{0,20}(?:而不是|代替|胜过|于)其他[^。\n]{0,6}工具|其他[^。\n]{0,10}工具[^。\n]{0,10}(?:之前|以前)[^。\n]{0,6}优先"
+    r"|다른\s*(?:모든\s*)?도구(?:보다|대신)[^.。\n]{0,20}(?:우선|먼저|항상)"
+)
+"""This tool put before every other one, in the same languages ('prefer this tool over any other' in English)."""
+_CONTEXT_ABROAD = re.compile(
+    r"(?:historial\s+de\s+(?:la\s+)?(?:conversación|chat)|historial\s+del\s+chat|histórico\s+d[aeo]\s+(?:conversa|chat)|"
+    r"historique\s+de\s+(?:la\s+)?(?:conversation|discussion)|gesprächsverlauf|chatverlauf|konversationsverlauf|"
+    r"cronologia\s+della\s+(?:chat|conversazione)|histori[aei]\s+(?:rozmowy|czatu|konwersacji)|"
+    r"истори[яиюе]\s+(?:переписки|диалога|чата|разговора|беседы)|gespreksgeschiedenis|chatgeschiedenis|"
+    r"(?:sohbet|konuşma)\s+geçmiş\w*|会話(?:の)?履歴|チャット履歴|对话(?:历史|记录)|聊天(?:记录|历史)|대화\s*(?:기록|내역)|채팅\s*기록|"
+    r"lịch\s+sử\s+(?:trò\s+chuyện|hội\s+thoại|chat)|riwayat\s+(?:percakapan|obrolan|chat)|(?:konversations|chatt)historik\w*|"
+    r"היסטוריית\s+(?:השיחה|השיחות|הצ'אט)|سجل\s+(?:المحادثة|الدردشة)|تاریخچه\s+(?:گفتگو|چت)|बातचीत\s+का\s+इतिहास|चैट\s+इतिहास|"
+    r"ประวัติ(?:การสนทนา|แชท)|histori[ei]\s+(?:konverzace|chatu)|ιστορικό\s+(?:της\s+)?συνομιλίας|істор\w+\s+(?:розмови|чату|листування)|"
+    r"istoricul\s+(?:conversației|chatului)|(?:beszélgetés|csevegés)\w*\s+előzmény\w*)"
+    r"[^.。\n]{0,200}?(?:campo|champ|feld|parametr|поле|alan|欄|字段|필드|trường|שדה|حقل|فیلد|फ़ील्ड|ช่อง|pole|πεδίο|câmp|mező|kolom|"
+    r"veld|fält|parameter|param)"
+    r"|(?:campo|champ|feld|parametr|поле|alan|欄|字段|필드|trường|שדה|حقل|فیلد|फ़ील्ड|ช่อง|pole|πεδίο|câmp|mező|kolom|veld|fält)"
+    r"[^.。\n]{0,200}?(?:historial|histórico|historique|verlauf|cronologia|histori[aei]|истори|geschiedenis|geçmiş|履歴|历史|记录|기록|내역|"
+    r"lịch\s+sử|riwayat|historik|היסטוריית|سجل|تاریخچه|इतिहास|ประวัติ|ιστορικό|істор|istoricul|előzmény)"
+)
+"""The conversation's history put into a field, in 25 languages: the context leak, abroad."""
 _ORDERS_ABROAD = (
     (_CONCEAL_ABROAD, "concealment", 40),
     (_OTHERS_ABROAD, "cross-tool", 40),
     (_PRECEDENCE_ABROAD, "override", 60),
+    (_PREFER_ABROAD, "cross-tool", 40),
+    (_CONTEXT_ABROAD, "context-leak", 40),
 )
 """What `_abroad` finds anywhere in the sentence, in the order tried, with how far past it the excerpt runs."""
 
@@ -1773,9 +1839,13 @@ _ABROAD_ANCHORS = (
     "попередн", "הקודמות", "anterioare", "korábbi", "előző", "قبلی", "ก่อนหน้า", "kullanıcı", "사용자", "người dùng",
     "uživatel", "χρήστη", "उपयोगकर्ता", "المستخدم", "pengguna", "användaren", "користувач", "משתמש", "utilizator",
     "felhasználó", "کاربر", "ผู้ใช้", "其他", "他の", "दूसरे", "otras", "autres", "andere", "outras", "altri", "другие",
+    "ưu tiên", "herramienta", "outils", "werkzeug", "ferramenta", "strumenti", "araç", "ツール", "工具", "도구", "alat lain",
+    "historial", "histórico", "historique", "verlauf", "cronologia", "истори", "geschiedenis", "geçmiş", "履歴", "记录", "历史",
+    "대화", "lịch sử", "riwayat", "historik", "היסטוריית", "سجل", "تاریخچه", "इतिहास", "ประวัติ", "ιστορικ", "істор",
+    "istoricul", "előzmény", "historii", "historie",
 )  # fmt: skip
-"""Where `_abroad` reads the sentence: its words for 'earlier' (instructions), for the user and for other
-tools, and a few negations; none of them English, so English text costs nothing more."""
+"""Where `_abroad` reads the sentence: its words for 'earlier' (instructions), for the user, for tools and
+for a conversation's history, and a few negations; none of them English, so English text costs nothing more."""
 MARKS: dict[str, Check] = {"<": _angle, "[": _square, "{": _curly, "#": _hash, "@": _email}
 """Single characters that open markup or an address."""
 ANCHORS: tuple[tuple[str, tuple[Check, ...]], ...] = (
