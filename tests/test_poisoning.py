@@ -1245,3 +1245,29 @@ def test_orders_in_forms_the_rules_now_read(description: str, kind: str) -> None
 def test_near_misses_of_those_forms_stay_clean(description: str) -> None:
     tool = {"name": "t", "description": description, "inputSchema": {"type": "object"}}
     assert kinds(tool, own=("run_query", "t")) == set()
+
+
+def test_the_override_precheck_passes_every_sentence_the_patterns_match(published: list[dict[str, Any]]) -> None:
+    """`_override` runs its regexes only on sentences holding a word every branch needs (`_may_override`):
+    over every string of every corpus (published attacks, every written set, every hard-benign set), a
+    string either pattern matches always passes the precheck."""
+    from orchestrator.protocols.mcp import _poisoning_rules as rules
+
+    texts = [
+        value.lower()
+        for row in [*published, *(row for path in sorted(OWN_SETS.glob("*.jsonl")) for row in load(path))]
+        for value in _strings(tool_of(row))
+    ]
+    matched = [text for text in texts if rules._OVERRIDE.search(text) or rules._RETIRED.search(text)]
+    assert len(matched) > 30
+    assert [text for text in matched if not rules._may_override(text)] == []
+
+
+def _strings(node: Any) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [text for key, value in node.items() for text in (str(key), *_strings(value))]
+    if isinstance(node, list):
+        return [text for value in node for text in _strings(value)]
+    return []

@@ -653,6 +653,8 @@ _GUARDING = re.compile(r"\b(?:must|never|not|no|confirm\w*|approv\w*|limitation|
 def _override(doc: _Doc, start: int, end: int) -> Hit | None:
     """Earlier instructions or safeguards set aside (`_OVERRIDE`), or announced retired (`_RETIRED`)."""
     low = doc.low
+    if not _may_override(low[start:end]):
+        return None
     found = _OVERRIDE.search(low, start, end)
     if found is not None and _NEGATED.search(low, max(start, found.start() - 24), found.start()):
         found = _OVERRIDE.search(low, found.end(), end)  # 'follow the plan without skipping any ... instructions'
@@ -662,6 +664,30 @@ def _override(doc: _Doc, start: int, end: int) -> Hit | None:
             found = None
     return doc.hit("override", found.start(), min(end, found.end() + 60)) if found else None
 
+
+def _may_override(text: str) -> bool:
+    """Whether a sentence holds what every branch of `_OVERRIDE` (and `_RETIRED`) needs: a substring check is
+    a fiftieth of the cost of the regex, which tries its branches at every character of a sentence."""
+    if any(map(text.__contains__, _OVERRIDE_NEEDS)):
+        return True
+    if "follow" in text and any(map(text.__contains__, ("not", "don", "stop", "need"))):
+        return True  # 'do not follow'
+    if "from" in text and any(map(text.__contains__, _SENDERS)):
+        return True  # 'an update from your operator'
+    return "with" in text and any(map(text.__contains__, _STARTED))  # 'the rules you were started with'
+
+
+_OVERRIDE_NEEDS = (
+    "ignor", "disregard", "forget", "overrid", "supersed", "bypass", "skip", "abandon", "drop", "aside", "discard",
+    "dismiss", "neglect", "throw", "attention", "outdated", "obsolete", "void", "invalid", "null", "cancel", "revoked",
+    "replace", "retired", "expired", "deprecated", "wrong", "incorrect", "suspended", "lifted", "waived", "removed",
+    "disabled", "relaxed", "paused", "turned", "considered", "deemed", "treated", "instead", "precedence", "prevail",
+    "priority", "longer", "prompt", "withdrawn",
+)  # fmt: skip
+"""One of these is in every sentence `_OVERRIDE` or `_RETIRED` matches, but for the three pairs `_may_override`
+checks after them."""
+_SENDERS = ("operator", "developer", "admin", "system", "creator", "maker", "anthropic", "openai", "owner")
+_STARTED = ("started", "initiali", "launched", "configured", "set", "given")
 
 _privilege = _in_sentence(_PRIVILEGE, "override", "privilege")
 
@@ -1036,8 +1062,12 @@ _CONCEALING = (
 
 # ---------------------------------------------------------------------------------------------- other tools
 
-_IDENT = r"(?:`|'|\")?([a-z][a-z0-9]*(?:[_.][a-z0-9]+)+|(?<=[`'\"])[a-z][a-z0-9]*(?:-[a-z0-9]+)+)(?:\(\))?(?:`|'|\")?"
-"""A tool-like name: snake_case or dotted, or kebab-case in quotes (an unquoted 'goal-relevant' is English)."""
+_IDENT = (
+    r"(?:`|'|\")?([a-z][a-z0-9]*+(?:[_.][a-z0-9]++)++|(?<=[`'\"])[a-z][a-z0-9]*+(?:-[a-z0-9]++)++)(?:\(\))?(?:`|'|\")?"
+)
+"""A tool-like name: snake_case or dotted, or kebab-case in quotes (an unquoted 'goal-relevant' is English).
+Its runs are possessive (nothing after a run can start with what it holds, so giving characters back never
+helps): a word that is no name fails at once instead of being tried shorter and shorter."""
 _USES_OTHER = re.compile(
     r"\b(?:when|whenever|before|after|instead\s+of|rather\s+than|every\s+time|each\s+time|any\s+time|prior\s+to)\s+"
     rf"(?:\S+\s+){{0,2}}?(?:you\s+)?{_forms('use call invoke run execute')}\s+(?:the\s+)?{_IDENT}"
@@ -1049,10 +1079,12 @@ _USES_OTHER = re.compile(
 )
 _FOREIGN_ORDER = re.compile(
     rf"\b(?:{_forms('call run invoke execute use')}|through|via|with)\s+(?:the\s+)?{_IDENT}"
-    rf"|{_IDENT}\s+(?:tool\s+|function\s+)?(?:should|must|shall|has\s+to|needs\s+to|is\s+to)\b"
+    rf"|(?<![a-z]){_IDENT}\s+(?:tool\s+|function\s+)?(?:should|must|shall|has\s+to|needs\s+to|is\s+to)\b"
     rf"|\b(?:made|sent|posted|created|written|run|opened|pushed)\s+(?:with|through|via|using|by)\s+(?:the\s+)?{_IDENT}"
 )
-"""A sentence ordering how a named tool the server does not have is used, without a 'when' ('with send_email')."""
+"""A sentence ordering how a named tool the server does not have is used, without a 'when' ('with send_email').
+A name is tried where a word starts only: inside a word it would start one letter earlier anyway, and
+trying every letter cost more than the rest of the rule."""
 _HANDED_TO = re.compile(
     rf"\b(?:calls?|requests?)\s+(?:\S+\s+){{0,3}}?to\s+(?:the\s+)?{_IDENT}"
     rf"|\b(?:pass|send|give|hand|forward|feed|pipe)\w*\s+(?:\S+\s+){{0,8}}?to\s+(?:the\s+)?{_IDENT}"
