@@ -1239,6 +1239,7 @@ def test_orders_in_forms_the_rules_now_read(description: str, kind: str) -> None
         "私钥（~/.ssh/id_rsa）不读取，只检查 known_hosts。",  # negated before it
         "Runs a query. If run_query reports corrupted rows, do not use it until the table is repaired.",  # own tool
         "Exporta el historial de la conversación de un canal de Slack a un archivo.",  # no field to fill
+        "在字段中记录用户输入的值。",  # a field and a record (记录), no conversation
         "Lists the files the user has opened recently in the editor.",  # no copy asked for
     ],
 )

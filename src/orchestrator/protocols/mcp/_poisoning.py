@@ -118,8 +118,8 @@ class _Channel:
         """(tool index, the string as the tool has it) of each part: the first tool holding it."""
         self.shared: dict[int, list[tuple[int, str]]] = {}
         """Part -> the (tool index, string) of every later tool holding that part."""
-        self.seen: dict[Any, int] = {}
-        """What each part was added as (`_Text` chooses) -> its part."""
+        self.seen: dict[str, int] = {}
+        """Each shareable part's string (prose as sent, identifiers lowercased) -> its part."""
         self.starts: list[int] = []
         """Where each part starts in the text `joined()` made last."""
 

@@ -1812,7 +1812,7 @@ _PREFER_ABROAD = re.compile(
     r"|다른\s*(?:모든\s*)?도구(?:보다|대신)[^.。\n]{0,20}(?:우선|먼저|항상)"
 )
 """This tool put before every other one, in the same languages ('prefer this tool over any other' in English)."""
-_CONTEXT_ABROAD = re.compile(
+_HISTORY_ABROAD = (
     r"(?:historial\s+de\s+(?:la\s+)?(?:conversación|chat)|historial\s+del\s+chat|histórico\s+d[aeo]\s+(?:conversa|chat)|"
     r"historique\s+de\s+(?:la\s+)?(?:conversation|discussion)|gesprächsverlauf|chatverlauf|konversationsverlauf|"
     r"cronologia\s+della\s+(?:chat|conversazione)|histori[aei]\s+(?:rozmowy|czatu|konwersacji)|"
@@ -1822,13 +1822,17 @@ _CONTEXT_ABROAD = re.compile(
     r"היסטוריית\s+(?:השיחה|השיחות|הצ'אט)|سجل\s+(?:المحادثة|الدردشة)|تاریخچه\s+(?:گفتگو|چت)|बातचीत\s+का\s+इतिहास|चैट\s+इतिहास|"
     r"ประวัติ(?:การสนทนา|แชท)|histori[ei]\s+(?:konverzace|chatu)|ιστορικό\s+(?:της\s+)?συνομιλίας|істор\w+\s+(?:розмови|чату|листування)|"
     r"istoricul\s+(?:conversației|chatului)|(?:beszélgetés|csevegés)\w*\s+előzmény\w*)"
-    r"[^.。\n]{0,200}?(?:campo|champ|feld|parametr|поле|alan|欄|字段|필드|trường|שדה|حقل|فیلد|फ़ील्ड|ช่อง|pole|πεδίο|câmp|mező|kolom|"
-    r"veld|fält|parameter|param)"
-    r"|(?:campo|champ|feld|parametr|поле|alan|欄|字段|필드|trường|שדה|حقل|فیلد|फ़ील्ड|ช่อง|pole|πεδίο|câmp|mező|kolom|veld|fält)"
-    r"[^.。\n]{0,200}?(?:historial|histórico|historique|verlauf|cronologia|histori[aei]|истори|geschiedenis|geçmiş|履歴|历史|记录|기록|내역|"
-    r"lịch\s+sử|riwayat|historik|היסטוריית|سجل|تاریخچه|इतिहास|ประวัติ|ιστορικό|істор|istoricul|előzmény)"
 )
-"""The conversation's history put into a field, in 25 languages: the context leak, abroad."""
+"""A conversation's history, in 25 languages."""
+_FIELD_ABROAD = (
+    r"(?:campo|champ|feld|parametr|поле|alan|欄|字段|필드|trường|שדה|حقل|فیلد|फ़ील्ड|ช่อง|pole|πεδίο|câmp|mező|kolom|veld|fält|"
+    r"parameter)"
+)
+"""A field or parameter, in the same languages."""
+_CONTEXT_ABROAD = re.compile(
+    rf"{_HISTORY_ABROAD}[^.。\n]{{0,200}}?{_FIELD_ABROAD}|{_FIELD_ABROAD}[^.。\n]{{0,200}}?{_HISTORY_ABROAD}"
+)
+"""The conversation's history and a field in one sentence, either first: the context leak, abroad."""
 _ORDERS_ABROAD = (
     (_CONCEAL_ABROAD, "concealment", 40),
     (_OTHERS_ABROAD, "cross-tool", 40),
