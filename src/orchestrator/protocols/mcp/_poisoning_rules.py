@@ -317,7 +317,7 @@ _CONTEXT = (
     r"(?:typed|said|wrote|written|asked|entered|sent|pasted|shared|told)|"
     r"(?:everything|all|what(?:ever)?)\s+(?:\S+\s+){0,2}?(?:discussed|said|shared|mentioned|written|typed|asked|exchanged)\s+"
     r"(?:in|during|so\s+far|earlier|before)\s*(?:this|the)?\s*(?:chat|conversation|session|thread|dialogue)?|"
-    r"files?\s+(?:that\s+)?the\s+user\s+(?:has\s+)?(?:opened|viewed|edited|accessed)|"
+    r"(?:every|all|each)\s+(?:of\s+the\s+)?files?\s+(?:that\s+)?the\s+user\s+(?:has\s+)?(?:opened|viewed|edited|accessed)|"
     r"(?:outputs?|results?|responses?)\s+of\s+(?:all\s+|every\s+|the\s+)?(?:previous|prior|earlier|other)\s+tool\s+calls)"
 )
 _ORDER = re.compile(rf"\b(?:{_ACQUIRE}|{_MOVE}|contents?\s+of|its\s+contents?|(?:full\s+)?text\s+of)\b")
@@ -596,7 +596,11 @@ _OVERRIDE = re.compile(
     r"polic(?:y|ies)|prompts?|directives?)\b"
     r"|\b(?:instructions?|rules?|guidance|guidelines?|restrictions?)\s+(?:\S+\s+){0,8}?(?:are|is)\s+no\s+longer\s+"
     r"(?:in\s+force|valid|in\s+effect|active|binding|relevant|apply|applicable)"
-    r"|\b(?:instructions?|rules?|guidance|guidelines?|restrictions?)\s+(?:\S+\s+){0,12}?no\s+longer\s+(?:applies|apply|holds?|counts?)\b"
+    r"|\b(?:earlier|previous|prior|existing|original|former|your)\s+(?:\S+\s+){0,2}?(?:instructions?|rules?|guidance|guidelines?|"
+    r"restrictions?)\s+(?:\S+\s+){0,12}?no\s+longer\s+(?:applies|apply|holds?|counts?)\b"
+    r"|\b(?:instructions?|rules?|guidance|guidelines?|restrictions?)\s+(?:\S+\s+){0,3}?(?:you\s+(?:were|have\s+been)\s+given|"
+    r"given\s+to\s+you|from\s+(?:the\s+|your\s+)?(?:user|host|operator|system|developer|admin\w*))\b(?:\s+\S+){0,8}?\s+"
+    r"no\s+longer\s+(?:applies|apply|holds?|counts?)\b"
     r"|\b(?:instructions?|rules?|guidance|guidelines?|restrictions?|orders|directives?|polic(?:y|ies))\s+(?:\S+\s+){0,24}?"
     r"(?:are|is|were|was)\s+no\s+longer\s+(?:binding|in\s+force)"
     r"|\b(?:this|these|it)\s+(?:supersedes?|overrides?|replaces?)\s+(?:\S+\s+){0,2}?(?:your|all|any|the|earlier|previous|prior)\b"
