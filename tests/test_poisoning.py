@@ -1241,8 +1241,8 @@ def test_orders_in_forms_the_rules_now_read(description: str, kind: str) -> None
         "Exporta el historial de la conversación de un canal de Slack a un archivo.",  # no field to fill
         "在字段中记录用户输入的值。",  # a field and a record (记录), no conversation
         "Lists the files the user has opened recently in the editor.",  # no copy asked for
-        "Returns a copy of the files the user has opened in the editor, for the IDE's context panel.",  # not all of them
-        "Exports data. The 100-row restriction on free accounts no longer applies.",  # a product limit, not your rules
+        "Feeds the IDE's context panel. Returns a copy of the files the user has opened in the editor.",  # not all
+        "Exports data. The 100-row rule on free accounts no longer applies.",  # a product limit, not your rules
     ],
 )
 def test_near_misses_of_those_forms_stay_clean(description: str) -> None:
