@@ -1243,6 +1243,9 @@ def test_orders_in_forms_the_rules_now_read(description: str, kind: str) -> None
         "Lists the files the user has opened recently in the editor.",  # no copy asked for
         "Feeds the IDE's context panel. Returns a copy of the files the user has opened in the editor.",  # not all
         "Exports data. The 100-row rule on free accounts no longer applies.",  # a product limit, not your rules
+        # Every order to set instructions aside is negated, not only the first.
+        "Runs the plan. Follow it without skipping any of the previous instructions and without ignoring any of the "
+        "earlier rules.",
     ],
 )
 def test_near_misses_of_those_forms_stay_clean(description: str) -> None:

@@ -659,9 +659,15 @@ def _override(doc: _Doc, start: int, end: int) -> Hit | None:
     low = doc.low
     if not _may_override(low[start:end]):
         return None
-    found = _OVERRIDE.search(low, start, end)
-    if found is not None and _NEGATED.search(low, max(start, found.start() - 24), found.start()):
-        found = _OVERRIDE.search(low, found.end(), end)  # 'follow the plan without skipping any ... instructions'
+    # The first match no negation precedes ('follow the plan without skipping any ... instructions' orders nothing).
+    found = next(
+        (
+            match
+            for match in _OVERRIDE.finditer(low, start, end)
+            if not _NEGATED.search(low, max(start, match.start() - 24), match.start())
+        ),
+        None,
+    )
     if found is None:
         found = _RETIRED.search(low, start, end)
         if found is not None and not _GUARDING.search(low, start, end):
