@@ -18,6 +18,7 @@ from orchestrator.protocols.mcp._catalog import read_snapshot
 from orchestrator.protocols.mcp._poisoning import FINDING_KINDS, Finding, scan_tool, scan_tools
 
 from .poisoning_corpus import detection, load, row_findings, tool_of
+from .test_sanitizer import strings
 
 OWN_SETS = Path(__file__).parent / "data" / "poisoning"
 
@@ -1262,18 +1263,8 @@ def test_the_override_precheck_passes_every_sentence_the_patterns_match(publishe
     texts = [
         value.lower()
         for row in [*published, *(row for path in sorted(OWN_SETS.glob("*.jsonl")) for row in load(path))]
-        for value in _strings(tool_of(row))
+        for value in strings(tool_of(row))
     ]
     matched = [text for text in texts if rules._OVERRIDE.search(text) or rules._RETIRED.search(text)]
     assert len(matched) > 30
     assert [text for text in matched if not rules._may_override(text)] == []
-
-
-def _strings(node: Any) -> list[str]:
-    if isinstance(node, str):
-        return [node]
-    if isinstance(node, dict):
-        return [text for key, value in node.items() for text in (str(key), *_strings(value))]
-    if isinstance(node, list):
-        return [text for value in node for text in _strings(value)]
-    return []
