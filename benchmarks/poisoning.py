@@ -38,7 +38,7 @@ RUNS = 15
 OWN = REPO / "tests" / "data" / "poisoning"
 SETS = (
     ("published", DATA / "poisoning" / "published-attacks.jsonl"),
-    *((name, OWN / f"{name}.jsonl") for name in ("heldout", *(f"blind{n}" for n in ("", *range(2, 15))))),
+    *((name, OWN / f"{name}.jsonl") for name in ("heldout", *(f"blind{n}" for n in ("", *range(2, 16))))),
 )
 FIRST_SCANS = {
     "blind": "12/24",
@@ -55,6 +55,7 @@ FIRST_SCANS = {
     "blind12": "15/24",
     "blind13": "17/24",
     "blind14": "16/24",
+    "blind15": "13/24",
 }
 """Each blind set's result when it was first scanned, before any rule changed for it (the only unbiased
 figures: every later figure is after tuning on that set)."""
@@ -99,6 +100,7 @@ def main() -> int:
         ("hard-benign10", "2/24"),
         ("hard-benign11", "1/24"),
         ("hard-benign12", "2/24"),
+        ("hard-benign13", "1/24"),
     ):
         rows = load(OWN / f"{name}.jsonl")
         wrong = [row["id"] for row in rows if row_findings(row)]

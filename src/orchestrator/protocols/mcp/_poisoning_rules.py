@@ -387,10 +387,15 @@ def _square(doc: _Doc, pos: int) -> Hit | None:
     if pos and doc.raw[pos - 1] == "!" and _IMAGE_BEACON.match(doc.raw, pos - 1):
         return doc.hit("exfil-destination", pos - 1, pos + 160)
     close = doc.low.find("]", pos, pos + 80)
-    label = doc.low[pos + 1 : close] if close > 0 else ""
-    if label and not label.isascii() and _MESSAGE_ABROAD.search(label) and _ROLE_ABROAD.search(label):
+    if close > 0 and _foreign_role_label(doc.low[pos + 1 : close]):
         return doc.hit("role-marker", pos, close + 80)
     return None
+
+
+def _foreign_role_label(label: str) -> bool:
+    """A label (bracketed, or a heading's title) in another language naming a message from the system, a
+    developer, an administrator or an operator: the English `[SYSTEM MESSAGE]` or `### System message`."""
+    return not label.isascii() and bool(_MESSAGE_ABROAD.search(label)) and bool(_ROLE_ABROAD.search(label))
 
 
 _MESSAGE_ABROAD = re.compile(
@@ -449,7 +454,7 @@ def _hash(doc: _Doc, pos: int) -> Hit | None:
     title = found.group(1).strip()
     if _OWN_HEADINGS.match(title):
         return doc.hit("prompt-imitation", pos, found.end())
-    if _ROLE_HEADING.match(title):
+    if _ROLE_HEADING.match(title) or _foreign_role_label(title):
         return doc.hit("role-marker", pos, found.end() + 60)
     return None
 
@@ -611,7 +616,12 @@ _OVERRIDE = re.compile(
     r"creators?|makers?|anthropic|openai|owner)\b"
     r"|\b(?:guidance|instructions?|rules?|guidelines?|restrictions?|directives?|polic(?:y|ies))\s+(?:\S+\s+){0,14}?"
     r"(?:is|are|were|was|has\s+been|have\s+been)\s+(?:now\s+|hereby\s+)?(?:considered|deemed|treated\s+as)\s+(?:superseded|void|"
-    r"obsolete|invalid|overridden|revoked|null|cancell?ed|withdrawn|retired)"
+    r"obsolete|outdated|invalid|overridden|revoked|null|cancell?ed|withdrawn|retired)"
+    r"|\b(?:earlier|previous|prior|former)\s+(?:user\s+)?requests?\s+(?:\S+\s+){0,10}?(?:are|is|were|was)\s+(?:now\s+)?"
+    r"(?:considered|deemed|treated\s+as)\s+(?:\S+\s+)?(?:superseded|void|obsolete|outdated|invalid|overridden|stale)"
+    r"|\b(?:differs?|conflicts?|disagrees?|contradicts?)\s+(?:with\s+|from\s+)?(?:\S+\s+){0,2}?(?:what|anything|whatever|"
+    r"instructions?)\s+(?:\S+\s+){0,6}?(?:told|asked|gave|instructed)\s+you\b[^.]{0,80}?\b(?:wins|prevails|applies|"
+    r"takes\s+precedence|governs|is\s+authoritative|overrides)\b"
 )
 """Real text says 'ignored when file_path is used', 'the HTTP cache is bypassed': never about instructions."""
 _PRIVILEGE = re.compile(
@@ -692,7 +702,7 @@ _OVERRIDE_NEEDS = (
     "dismiss", "neglect", "throw", "attention", "outdated", "obsolete", "void", "invalid", "null", "cancel", "revoked",
     "replace", "retired", "expired", "deprecated", "wrong", "incorrect", "suspended", "lifted", "waived", "removed",
     "disabled", "relaxed", "paused", "turned", "considered", "deemed", "treated", "instead", "precedence", "prevail",
-    "priority", "longer", "prompt", "withdrawn",
+    "priority", "longer", "prompt", "withdrawn", "differ", "conflict", "disagree", "contradict",
 )  # fmt: skip
 """One of these is in every sentence `_OVERRIDE` or `_RETIRED` matches, but for the three pairs `_may_override`
 checks after them."""
@@ -1001,6 +1011,10 @@ _HIDE = re.compile(
     r"(?:summary|answer|response|reply|report|output|message)"
     r"|\b(?:leave|keep)\s+(?:the\s+|any\s+|all\s+)?(?:\S+\s+){0,2}?(?:output|results?|errors?|warnings?|failures?|details)\s+"
     r"out\s+of\s+(?:your|the)\s+(?:summary|answer|response|reply|report|message)"
+    r"|\b(?:does|do|need|should)(?:n'?t|\s+not)\s+(?:need\s+to\s+)?be\s+(?:explained|mentioned|shown|reported|disclosed|surfaced|"
+    r"raised|told)\s+to\s+(?:the\s+)?(?:users?|customers?|humans?|people)\b"
+    r"|\bleave\s+out\s+(?:the\s+fact\s+)?that\s+(?:\S+\s+){0,3}?(?:was|were|is|are|has\s+been|have\s+been|had\s+been)\s+"
+    r"[a-z]+(?:ed|en|wn)\b"
 )
 _STEALTH = re.compile(
     r"\b(?:silently|quietly|secretly|covertly|discreetly|stealthily|invisibly)\s+"
@@ -1042,7 +1056,7 @@ _TELLING = _inflected(
 ) | {"told", "said", "shown"}
 _HIDING = frozenset(
     "hide hides hiding hidden conceal conceals concealing keep keeps keeping withhold leave omit exclude skip drop shown "
-    "visible displayed included mentioned logged know aware told informed".split()
+    "visible displayed included mentioned logged know aware told informed explained reported disclosed surfaced raised".split()
 )
 _STEALTHY = frozenset("silently quietly secretly covertly discreetly stealthily invisibly".split())
 _DECEIVING = frozenset("if though like pretend".split())
@@ -1401,7 +1415,7 @@ _RECIPIENT_CUES = re.compile(
 _URL_DESTINATION = re.compile(
     r"\b(?:send|post|upload|forward|transmit|report|deliver|mirror|sync|exfiltrat|submit|push|copy|beacon|log|stream|fetch|ship|"
     r"transfer|replicat|stor|sav|export|writ|back\w*\s+up)\w*"
-    r"\s+(?:\S+\s+){0,12}?(?:to|at|into|via)\s+(?:\S+\s+){0,3}?https?://"
+    r"\s+(?:\S+\s+){0,24}?(?:to|at|into|via)\s+(?:\S+\s+){0,3}?https?://"
     r"|\bhttps?://\S+\s+(?:\S+\s+){0,4}?(?:with|including)\s+(?:the\s+)?(?:full|complete|entire|whole)\b"
 )
 _ROUTINE = re.compile(
@@ -1416,6 +1430,17 @@ def _email(doc: _Doc, pos: int) -> Hit | None:
     if _RECIPIENT_CUES.search(doc.low, start, end) and EMAIL.search(doc.low, max(start, pos - 64), pos + 64):
         return doc.hit("exfil-destination", start, end)
     return None
+
+
+_REDIRECT = re.compile(
+    r"\b(?:instead\s+of|rather\s+than|in\s+place\s+of)\s+(?:the\s+|any\s+)?(?:\S+\s+)?(?:destination|recipient|address|account|"
+    r"iban|wallet|payee|beneficiary|e-?mail|number|repository|repo|branch|bucket|url|endpoint|channel|server|host)s?\s+"
+    r"(?:that\s+|which\s+)?(?:the\s+user|they|you\s+were\s+given)\s+(?:\S+\s+)?(?:names?|named|gives?|gave|given|provides?|"
+    r"provided|specif(?:y|ies|ied)|enter(?:s|ed)?|choose|chooses|chose|typed|selects?|selected|asked\s+for|requests?|requested)\b"
+)
+"""A destination the server fixes in place of the one the user chose ('must settle to the reconciliation account
+... instead of the destination the user names'): a payment, a message or a push sent elsewhere."""
+_redirect = _in_sentence(_REDIRECT, "exfil-destination", "redirect")
 
 
 @_per_sentence("url")
@@ -1719,7 +1744,8 @@ _PREVIOUS_ABROAD = (
     r"(?:previas|anteriores|precedentes|précédentes|antérieures|vorherigen|bisherigen|früheren|precedenti|"
     r"предыдущие|прежние|poprzednie|wcześniejsze|eerdere|vorige|antes|auparavant|zuvor|vorher|prima|ранее|раньше|"
     r"wcześniej|eerder|önceki|이전|trước\s+đó|předchozí|προηγούμεν\w*|पिछले|पूर्व|السابقة|sebelumnya|tidigare|"
-    r"попередні\w*|הקודמות|anterioare|korábbi|előző|قبلی|ก่อนหน้า|begin)"
+    r"попередні\w*|הקודמות|anterioare|korábbi|előző|قبلی|ก่อนหน้า|begin|in\s+precedenza|precedentemente|anteriormente|"
+    r"previamente|précédemment)"
 )
 _INSTRUCTIONS_ABROAD = (
     r"(?:instrucciones|indicaciones|instructions|consignes|anweisungen|vorgaben|istruzioni|indicazioni|instruções|"
@@ -1820,6 +1846,8 @@ _PREFER_ABROAD = re.compile(
     r"|他の[^。\n]{0,20}ツール[^。\n]{0,20}(?:より|よりも|の代わりに)[^。\n]{0,10}優先"
     r"|(?:优先|首选)[^。\n]{0,20}(?:而不是|代替|胜过|于)其他[^。\n]{0,6}工具|其他[^。\n]{0,10}工具[^。\n]{0,10}(?:之前|以前)[^。\n]{0,6}优先"
     r"|다른\s*(?:모든\s*)?도구(?:보다|대신)[^.。\n]{0,20}(?:우선|먼저|항상)"
+    r"|\b(?:başka|diğer)\b[^.\n]{0,160}?\b(?:her\s+zaman|daima|yalnızca|sadece)\s+bu\s+aracı\s+kullan"
+    r"|\b(?:her\s+zaman|daima|yalnızca|sadece)\s+bu\s+aracı\s+kullan\w*[^.\n]{0,160}?\b(?:başka|diğer)\b"
 )
 """This tool put before every other one, in the same languages ('prefer this tool over any other' in English)."""
 _HISTORY_ABROAD = (
@@ -1843,12 +1871,21 @@ _CONTEXT_ABROAD = re.compile(
     rf"{_HISTORY_ABROAD}[^.。\n]{{0,200}}?{_FIELD_ABROAD}|{_FIELD_ABROAD}[^.。\n]{{0,200}}?{_HISTORY_ABROAD}"
 )
 """The conversation's history and a field in one sentence, either first: the context leak, abroad."""
+_UNCONFIRMED_ABROAD = re.compile(
+    r"確認を(?:求め|取ら)ず|確認せずに|確認なしで|(?:无需|無需|不经|不經|不必)(?:用户)?确认|확인\s*(?:없이|하지\s*않고)"
+    r"|\b(?:sin\s+(?:pedir\s+)?confirmación|sans\s+(?:demander\s+(?:de\s+)?)?confirmation|ohne\s+(?:rück)?bestätigung|"
+    r"senza\s+(?:chiedere\s+)?conferma|sem\s+(?:pedir\s+)?confirmação|без\s+подтверждения|bez\s+potwierdzenia|"
+    r"tanpa\s+(?:meminta\s+)?konfirmasi|không\s+cần\s+xác\s+nhận|onay\s+(?:almadan|istemeden)|utan\s+bekräftelse|"
+    r"zonder\s+bevestiging)"
+)
+"""Going on without the user's confirmation, in twelve languages ('without confirmation' in English)."""
 _ORDERS_ABROAD = (
     (_CONCEAL_ABROAD, "concealment", 40),
     (_OTHERS_ABROAD, "cross-tool", 40),
     (_PRECEDENCE_ABROAD, "override", 60),
     (_PREFER_ABROAD, "cross-tool", 40),
     (_CONTEXT_ABROAD, "context-leak", 40),
+    (_UNCONFIRMED_ABROAD, "override", 60),
 )
 """What `_abroad` finds anywhere in the sentence, in the order tried, with how far past it the excerpt runs."""
 
@@ -1888,7 +1925,9 @@ _ABROAD_ANCHORS = (
     "ưu tiên", "herramienta", "outils", "werkzeug", "ferramenta", "strumenti", "araç", "ツール", "工具", "도구", "alat lain",
     "historial", "histórico", "historique", "verlauf", "cronologia", "истори", "geschiedenis", "geçmiş", "履歴", "记录", "历史",
     "대화", "lịch sử", "riwayat", "historik", "היסטוריית", "سجل", "تاریخچه", "इतिहास", "ประวัติ", "ιστορικ", "істор",
-    "istoricul", "előzmény", "historii", "historie",
+    "istoricul", "előzmény", "historii", "historie", "確認", "确认", "확인", "confirmación",
+    "sans confirm", "sans demander", "bestätigung", "conferma", "confirmação", "подтвержден", "potwierdzeni", "konfirmasi",
+    "xác nhận", "onay ", "bekräftelse", "bevestiging", "bu aracı",
 )  # fmt: skip
 """Where `_abroad` reads the sentence: its words for 'earlier' (instructions), for the user, for tools and
 for a conversation's history, and a few negations; none of them English, so English text costs nothing more."""
@@ -1922,6 +1961,8 @@ ANCHORS: tuple[tuple[str, tuple[Check, ...]], ...] = (
     ("started with", (_override,)),
     ("system prompt", (_override,)),
     ("prevail", (_override,)),
+    ("told you", (_override,)),
+    ("outdated", (_override,)),
     ("longer binding", (_override,)),
     ("longer in force", (_override,)),
     ("bypass", (_privilege,)),
@@ -1938,6 +1979,7 @@ ANCHORS: tuple[tuple[str, tuple[Check, ...]], ...] = (
     ("silent", (_conceal,)),
     ("as if", (_conceal,)),
     ("mention", (_conceal,)),
+    ("leave out", (_conceal,)),
     ("tell", (_conceal,)),
     ("inform", (_conceal,)),
     ("person", (_conceal,)),
@@ -1964,7 +2006,9 @@ ANCHORS: tuple[tuple[str, tuple[Check, ...]], ...] = (
     ("when", (_uses_other,)),
     ("before", (_uses_other, _first)),
     ("after", (_uses_other, _first)),
-    ("instead", (_uses_other, _promotion)),
+    ("instead", (_uses_other, _promotion, _redirect)),
+    ("rather than", (_redirect,)),
+    ("in place of", (_redirect,)),
     ("first ", (_first,)),
     ("other", (_others,)),
     (" tool", (_promotion, _category, _others)),
