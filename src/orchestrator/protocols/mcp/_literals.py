@@ -17,7 +17,7 @@ from ..._untrusted import without_surrogates
 
 __all__ = ["INDEX_BITS", "Literals"]
 
-INDEX_BITS = 8
+INDEX_BITS = 9
 """Bits of a found code holding the literal's index: `code >> INDEX_BITS` is the position."""
 
 

@@ -301,7 +301,7 @@ _SECRET = (
     r"(?:api[\s_-]?keys?|access[\s_-]?keys?|(?:access|auth\w*|bearer|session|refresh|api|github|gitlab|slack|npm|pypi|aws|"
     r"openai|anthropic|oauth|jwt|personal\s+access)[\s_]+tokens?|tokens|credentials?|"
     r"passwords?(?!\s+managers?)|passphrases?|secrets?(?!\s+(?:managers?|stores?))|private\s+keys?|ssh\s+keys?|seed\s+phrases?|mnemonics?|cookies|"
-    r"environment\s+variables?|env\s+(?:vars?|variables?)|connection\s+strings?|keychain|\.pem\b|key\s*files?|keystores?|"
+    r"environment\s+(?:variables?|values?)|env\s+(?:vars?|variables?|values?)|connection\s+strings?|keychain|\.pem\b|key\s*files?|keystores?|"
     r"certificates?|`(?:env|printenv)`|output\s+of\s+`?(?:env|printenv|set)`?|card\s+numbers?|cvv2?|cvc2?|"
     r"card\s+verification\s+(?:codes?|values?))"
 )
@@ -317,7 +317,8 @@ _CONTEXT = (
     r"(?:typed|said|wrote|written|asked|entered|sent|pasted|shared|told)|"
     r"(?:everything|all|what(?:ever)?)\s+(?:\S+\s+){0,2}?(?:discussed|said|shared|mentioned|written|typed|asked|exchanged)\s+"
     r"(?:in|during|so\s+far|earlier|before)\s*(?:this|the)?\s*(?:chat|conversation|session|thread|dialogue)?|"
-    r"(?:every|all|each)\s+(?:of\s+the\s+)?files?\s+(?:that\s+)?the\s+user\s+(?:has\s+)?(?:opened|viewed|edited|accessed)|"
+    r"(?:every|all|each)\s+(?:of\s+the\s+)?files?\s+(?:that\s+)?(?:the\s+user|you)\s+(?:has\s+|have\s+)?(?:opened|viewed|"
+    r"edited|accessed|read|seen)|"
     r"(?:outputs?|results?|responses?)\s+of\s+(?:all\s+|every\s+|the\s+)?(?:previous|prior|earlier|other)\s+tool\s+calls)"
 )
 _ORDER = re.compile(rf"\b(?:{_ACQUIRE}|{_MOVE}|contents?\s+of|its\s+contents?|(?:full\s+)?text\s+of)\b")
@@ -619,6 +620,12 @@ _OVERRIDE = re.compile(
     r"obsolete|outdated|invalid|overridden|revoked|null|cancell?ed|withdrawn|retired)"
     r"|\b(?:earlier|previous|prior|former)\s+(?:user\s+)?requests?\s+(?:\S+\s+){0,10}?(?:are|is|were|was)\s+(?:now\s+)?"
     r"(?:considered|deemed|treated\s+as)\s+(?:\S+\s+)?(?:superseded|void|obsolete|outdated|invalid|overridden|stale)"
+    r"|\b(?:ranks?\s+(?:above|ahead\s+of)|outranks?|takes?\s+priority\s+over|overrules?|carr(?:y|ies)\s+more\s+weight\s+than)\s+"
+    r"(?:\S+\s+){0,4}?(?:guidance|instructions?|rules?|guidelines?|directions?|prompts?|polic(?:y|ies))\b"
+    r"|\b(?:requests?|instructions?|directions?|text|content|commands?)\s+(?:that\s+)?(?:arrive\w*\s+|appear\w*\s+|found\s+|"
+    r"contained\s+)?(?:in|inside|within|from)\s+(?:the\s+|any\s+)?(?:tool|function)\s+(?:results?|outputs?|responses?)\s+"
+    r"(?:\S+\s+){0,6}?(?:same\s+(?:standing|authority|weight|trust)\s+as|as\s+if\s+(?:they|it)\s+(?:came|were\s+typed|were\s+sent)"
+    r"\s+(?:from|by))\s+(?:\S+\s+){0,4}?(?:users?|operators?|developers?)\b"
     r"|\b(?:differs?|conflicts?|disagrees?|contradicts?)\s+(?:with\s+|from\s+)?(?:\S+\s+){0,2}?(?:what|anything|whatever|"
     r"instructions?)\s+(?:\S+\s+){0,6}?(?:told|asked|gave|instructed)\s+you\b[^.]{0,80}?\b(?:wins|prevails|applies|"
     r"takes\s+precedence|governs|is\s+authoritative|overrides)\b"
@@ -702,7 +709,8 @@ _OVERRIDE_NEEDS = (
     "dismiss", "neglect", "throw", "attention", "outdated", "obsolete", "void", "invalid", "null", "cancel", "revoked",
     "replace", "retired", "expired", "deprecated", "wrong", "incorrect", "suspended", "lifted", "waived", "removed",
     "disabled", "relaxed", "paused", "turned", "considered", "deemed", "treated", "instead", "precedence", "prevail",
-    "priority", "longer", "prompt", "withdrawn", "differ", "conflict", "disagree", "contradict",
+    "priority", "longer", "prompt", "withdrawn", "differ", "conflict", "disagree", "contradict", "rank", "overrul", "weight", "same ",
+    "as if",
 )  # fmt: skip
 """One of these is in every sentence `_OVERRIDE` or `_RETIRED` matches, but for the three pairs `_may_override`
 checks after them."""
@@ -714,10 +722,11 @@ _privilege = _in_sentence(_PRIVILEGE, "override", "privilege")
 SENSITIVE_PATH = re.compile(
     r"(?:~/\.|%userprofile%\\\.|\$home/\.|/home/[\w.-]+/\.|/root/\.|/users/[\w.-]+/\.|/etc/(?:passwd|shadow|sudoers|ssh)|"
     r"(?<![\w/.-])\.(?:env|npmrc|pypirc|netrc|git-credentials|bash_history|zsh_history|ssh|aws|kube|docker|gnupg)\b|"
-    r"id_(?:rsa|ed25519|ecdsa|dsa)\b|mcp\.json|claude_desktop_config|wallet\.dat|credentials\.json)"
+    r"id_(?:rsa|ed25519|ecdsa|dsa)\b|mcp\.json|claude_desktop_config|wallet\.dat|credentials\.json|"
+    r"(?:default|profile[^/\\\n]{0,12}|network)[/\\](?:cookies|login\s+data)\b|key4\.db|logins\.json|cookies\.sqlite)"
 )
 """A credential or configuration file: a home directory's dotfiles and dot-folders, keys, .env files, MCP
-client configs. Real descriptions name some (circleci: '"~/.ssh" are rejected'), never with an order."""
+client configs, a browser profile's cookie and password stores. Real descriptions name some (circleci: '"~/.ssh" are rejected'), never with an order."""
 _FILE_ORDER = re.compile(
     rf"(?<![/\\.~-])\b(?:{_forms('read cat open access retrieve collect gather extract harvest dump grab obtain copy paste')}|"
     rf"{_forms('include pass provide send upload forward append attach submit post share leak exfiltrate embed insert expose print output')}|"
@@ -931,7 +940,7 @@ context after chat history loss' (desktop-commander) moves nothing."""
 _CONTEXT_WORDS = frozenset(
     "conversation chat previous prior earlier past recent prompt prompts instructions turn turns transcript history "
     "dialogue discussed typed said wrote written asked entered pasted message messages input inputs list opened viewed edited "
-    "accessed".split()
+    "accessed read seen".split()
 )
 """Words a context noun needs besides 'user' (which is everywhere)."""
 
@@ -1100,6 +1109,9 @@ _USES_OTHER = re.compile(
     r"finishes|completes|starts|fires)"
     rf"|\bthe\s+{_IDENT}\s+(?:tool|function)\b(?:\s+\S+){{0,8}}?\s+(?:must|should|shall|will|always|never|has\s+a\s+(?:known\s+)?bug|is\s+(?:buggy|broken))"
     rf"|\bwhen\s+the\s+`?([a-z][a-z0-9]*)`?\s+tool\s+is\s+(?:present|available|used|called)"
+    rf"|\b(?:before|after|whenever)\s+(?:every\s+|each\s+|any\s+)?{_IDENT}\s*[,:;]"
+    rf"|\b(?:use|call|prefer)\w*\s+(?:this\s+(?:tool\s+|one\s+)?|it\s+)?(?:instead\s+of|rather\s+than|in\s+place\s+of)\s+"
+    rf"(?:the\s+)?[a-z][\w-]*(?:'s)?\s+(?:server'?s?\s+)?{_IDENT}"
 )
 _FOREIGN_ORDER = re.compile(
     rf"\b(?:{_forms('call run invoke execute use')}|through|via|with)\s+(?:the\s+)?{_IDENT}"
@@ -1166,6 +1178,8 @@ _OTHERS = re.compile(
     r"|\b(?:any|every|all|each)\s+(?:\S+\s+){0,2}?(?:tools?|functions?)\s+(?:from|on|of|in)\s+(?:any|every|all|other|another)\s+"
     r"(?:\S+\s+)?servers?"
     r"|\b(?:all|any|every|other)\s+(?:connected\s+)?(?:mcp\s+)?servers\b"
+    r"|\b(?:tools?|functions?)\s+(?:exposed|provided|offered|served|registered)\s+by\s+(?:another|any\s+other|every\s+other|other)\s+"
+    r"(?:connected\s+)?(?:mcp\s+)?servers?\b"
     r"|\b(?:for|when\s+calling|whenever\s+you\s+use|with)\s+(?:any|every|all|each)\s+(?:\S+\s+){0,2}?(?:email|mail|messaging|"
     r"message|payment|file|database|shell|browser)\S*\s+(?:tools?|functions?)"
 )
@@ -1436,7 +1450,8 @@ _REDIRECT = re.compile(
     r"\b(?:instead\s+of|rather\s+than|in\s+place\s+of)\s+(?:the\s+|any\s+)?(?:\S+\s+)?(?:destination|recipient|address|account|"
     r"iban|wallet|payee|beneficiary|e-?mail|number|repository|repo|branch|bucket|url|endpoint|channel|server|host)s?\s+"
     r"(?:that\s+|which\s+)?(?:the\s+user|they|you\s+were\s+given)\s+(?:\S+\s+)?(?:names?|named|gives?|gave|given|provides?|"
-    r"provided|specif(?:y|ies|ied)|enter(?:s|ed)?|choose|chooses|chose|typed|selects?|selected|asked\s+for|requests?|requested)\b"
+    r"provided|specif(?:y|ies|ied)|enter(?:s|ed)?|choose|chooses|chose|typed|selects?|selected|asked\s+for|requests?|requested|"
+    r"suppl(?:y|ies|ied)|indicated?|indicates|designated?|designates)\b"
 )
 """A destination the server fixes in place of the one the user chose ('must settle to the reconciliation account
 ... instead of the destination the user names'): a payment, a message or a push sent elsewhere."""
@@ -1649,6 +1664,12 @@ _SWITCH = re.compile(
     r"(?:api\s+)?keys?|values?)"
 )
 """A switch saying whether the tool shows a secret (`include_secret`, `reveal_password`): not an order."""
+_HOME_DOTFILE = re.compile(
+    r"\bhome\s+(?:dir\s+|directory\s+)?(?:dot\s+)?(?:ssh|aws|docker|kube|kubeconfig|gnupg|npmrc|pypirc|netrc|gitconfig|"
+    r"git\s+credentials|gcloud|azure|config\s+gcloud)\b"
+)
+"""A name spelling a file of the user's home directory that holds credentials (`home_docker_config_json_contents`,
+`home_ssh_id_rsa`): the value the model is to fill it with is that file."""
 _KEY_NAMES = re.compile(r"\baccess\s+(?:keys?|tokens?|ids?)\b")
 """'access key', 'access token': things, where 'access' is not the verb (`aws_secret_access_key`)."""
 IDENTIFIER_ANCHORS = (
@@ -1656,7 +1677,7 @@ IDENTIFIER_ANCHORS = (
     "verlauf", "wiadomosci", "mensajes", "nachrichten", "messaggi", "mensagens", "soobshcheniya", "berichten",
     "transcript", "instruction",
     "messages", "tool", "thought", "ssh", "rsa", "ed25519", "env", "credential", "passw", "secret", "key", "token",
-    "npmrc", "bashrc",
+    "npmrc", "bashrc", "home",
 )  # fmt: skip
 """Substrings of an identifier worth reading as words (the rest are ordinary names)."""
 
@@ -1698,6 +1719,8 @@ def _identifier(identifier: str, start: int, own: set[str], tool: bool = False) 
     # A tool's name or a switch says what the tool does; any other name can spell an order.
     ordering = not tool and not _SWITCH.fullmatch(words)
     if ordering and _SENSITIVE_WORDS.search(words) and _ORDER.search(_KEY_NAMES.sub("key", words)):
+        return Hit("secret-access", start, identifier)
+    if ordering and _HOME_DOTFILE.search(words):
         return Hit("secret-access", start, identifier)
     for hit in scan(words, own):
         return Hit(hit.kind, start, identifier)
@@ -1752,7 +1775,7 @@ _INSTRUCTIONS_ABROAD = (
     r"orientações|инструкции|указания|instrukcje|polecenia|instructies|reglas|règles|regeln|regole|regras|правила|"
     r"zasady|reguły|regels|talimat\w*|yönerge\w*|지시\w*|지침\w*|hướng\s+dẫn|chỉ\s+thị|pokyny|instrukce|οδηγίες|"
     r"निर्देश\w*|التعليمات|تعليمات|instruksi|petunjuk|instruktioner(?:na)?|інструкції|вказівки|הוראות|instrucțiuni\w*|"
-    r"utasítás\w*|دستورالعمل\w*|دستورات|คำสั่ง|richtlijnen|aanwijzingen)"
+    r"utasítás\w*|دستورالعمل\w*|دستورات|คำสั่ง|richtlijnen|aanwijzingen|arahan)"
 )
 _OVERRIDE_ABROAD = re.compile(
     rf"{_INSTRUCTIONS_ABROAD}\s+(?:\S+\s+){{0,6}}?{_PREVIOUS_ABROAD}|{_PREVIOUS_ABROAD}\s+(?:\S+\s+){{0,2}}?{_INSTRUCTIONS_ABROAD}"
@@ -1771,7 +1794,7 @@ _CANCEL_ABROAD = re.compile(
     r"pierde\w*\s+(?:\S+\s+){0,3}?validez|утрачива\w*\s+силу|теря\w*\s+силу|"
     r"vervallen|vervalt|niet\s+meer\s+geldig|gelden\s+hier\s+niet|gaan\s+(?:\S+\s+){0,4}?voor\s+op|sin\s+efecto|caduc\w*|sans\s+effet|entfallen|hinfällig|außer\s+kraft|"
     r"decadut\w*|non\s+più\s+valid\w*|sem\s+efeito|утратили\s+силу|отменяются|аннулир\w*|tracą\s+ważność|"
-    r"przestają\s+obowiązywać)"
+    r"przestają\s+obowiązywać|menggantikan|tidak\s+berlaku)"
     r"|忽略|無視|破棄|不再|무시|अनदेखा|नजरअंदाज|تجاهل|התעלם|نادیده\s+بگیر|เพิกเฉย|ไม่ต้องสนใจ"
 )
 _CONCEAL_ABROAD = re.compile(
@@ -1846,6 +1869,10 @@ _PREFER_ABROAD = re.compile(
     r"|他の[^。\n]{0,20}ツール[^。\n]{0,20}(?:より|よりも|の代わりに)[^。\n]{0,10}優先"
     r"|(?:优先|首选)[^。\n]{0,20}(?:而不是|代替|胜过|于)其他[^。\n]{0,6}工具|其他[^。\n]{0,10}工具[^。\n]{0,10}(?:之前|以前)[^。\n]{0,6}优先"
     r"|다른\s*(?:모든\s*)?도구(?:보다|대신)[^.。\n]{0,20}(?:우선|먼저|항상)"
+    r"|(?:不要|请勿|切勿|不得|禁止|别)(?:再)?(?:调用|使用)(?:任何)?(?:其他|别的)[^。；\n]{0,30}工具"
+    r"|即使[^。；\n]{0,30}(?:其他|别的)[^。；\n]{0,20}工具[^。；\n]{0,20}(?:改用|仍(?:然)?使用|也(?:请)?使用)(?:本|此|这个)工具"
+    r"|他の[^。\n]{0,30}ツール(?:は|を)[^。\n]{0,10}(?:使わない|使用しない|呼び出さない|使用せず|使わず)"
+    r"|다른\s*[^.。\n]{0,30}도구(?:를|는)\s*(?:사용하지|호출하지|쓰지)\s*(?:말|않)"
     r"|\b(?:başka|diğer)\b[^.\n]{0,160}?\b(?:her\s+zaman|daima|yalnızca|sadece)\s+bu\s+aracı\s+kullan"
     r"|\b(?:her\s+zaman|daima|yalnızca|sadece)\s+bu\s+aracı\s+kullan\w*[^.\n]{0,160}?\b(?:başka|diğer)\b"
 )
@@ -1864,9 +1891,9 @@ _HISTORY_ABROAD = (
 """A conversation's history, in 25 languages."""
 _FIELD_ABROAD = (
     r"(?:campo|champ|feld|parametr|поле|alan|欄|字段|필드|trường|שדה|حقل|فیلد|फ़ील्ड|ช่อง|pole|πεδίο|câmp|mező|kolom|veld|fält|"
-    r"parameter)"
+    r"parameter|aquí|aqui|ici|hier|здесь|сюда|tutaj|burada|buraya|di\s+sini|ở\s+đây|ここ|此处|这里|여기)"
 )
-"""A field or parameter, in the same languages."""
+"""A field or parameter, or 'here' meaning the field being described, in the same languages."""
 _CONTEXT_ABROAD = re.compile(
     rf"{_HISTORY_ABROAD}[^.。\n]{{0,200}}?{_FIELD_ABROAD}|{_FIELD_ABROAD}[^.。\n]{{0,200}}?{_HISTORY_ABROAD}"
 )
@@ -1875,10 +1902,13 @@ _UNCONFIRMED_ABROAD = re.compile(
     r"確認を(?:求め|取ら)ず|確認せずに|確認なしで|(?:无需|無需|不经|不經|不必)(?:用户)?确认|확인\s*(?:없이|하지\s*않고)"
     r"|\b(?:sin\s+(?:pedir\s+)?confirmación|sans\s+(?:demander\s+(?:de\s+)?)?confirmation|ohne\s+(?:rück)?bestätigung|"
     r"senza\s+(?:chiedere\s+)?conferma|sem\s+(?:pedir\s+)?confirmação|без\s+подтверждения|bez\s+potwierdzenia|"
-    r"tanpa\s+(?:meminta\s+)?konfirmasi|không\s+cần\s+xác\s+nhận|onay\s+(?:almadan|istemeden)|utan\s+bekräftelse|"
-    r"zonder\s+bevestiging)"
+    r"tanpa\s+(?:meminta\s+)?(?:konfirmasi|persetujuan)|không\s+cần\s+xác\s+nhận|onay\s+(?:almadan|istemeden)|utan\s+bekräftelse|"
+    r"zonder\s+bevestiging|sin\s+(?:pedir\s+)?(?:aprobación|autorización)|sans\s+(?:demander\s+)?(?:l'|d')?(?:approbation|autorisation)|"
+    r"ohne\s+(?:zustimmung|genehmigung|freigabe)|senza\s+(?:chiedere\s+)?(?:l')?(?:approvazione|autorizzazione)|"
+    r"sem\s+(?:pedir\s+)?(?:aprovação|autorização)|без\s+(?:согласования|одобрения)|bez\s+(?:zgody|zatwierdzenia))"
+    r"|承認を(?:求め|得)ず|未经(?:用户)?(?:同意|批准|许可)|(?:승인|동의)\s*없이"
 )
-"""Going on without the user's confirmation, in twelve languages ('without confirmation' in English)."""
+"""Going on without the user's confirmation or approval, in twelve languages ('without confirmation')."""
 _ORDERS_ABROAD = (
     (_CONCEAL_ABROAD, "concealment", 40),
     (_OTHERS_ABROAD, "cross-tool", 40),
@@ -1927,7 +1957,9 @@ _ABROAD_ANCHORS = (
     "대화", "lịch sử", "riwayat", "historik", "היסטוריית", "سجل", "تاریخچه", "इतिहास", "ประวัติ", "ιστορικ", "істор",
     "istoricul", "előzmény", "historii", "historie", "確認", "确认", "확인", "confirmación",
     "sans confirm", "sans demander", "bestätigung", "conferma", "confirmação", "подтвержден", "potwierdzeni", "konfirmasi",
-    "xác nhận", "onay ", "bekräftelse", "bevestiging", "bu aracı",
+    "xác nhận", "onay ", "bekräftelse", "bevestiging", "bu aracı", "persetujuan", "arahan", "aprobación", "autorización",
+    "approbation", "autorisation", "zustimmung", "genehmigung", "freigabe", "approvazione", "autorizzazione", "aprovação",
+    "autorização", "согласован", "одобрен", "zgody", "zatwierdzeni", "承認", "未经", "승인", "동의",
 )  # fmt: skip
 """Where `_abroad` reads the sentence: its words for 'earlier' (instructions), for the user, for tools and
 for a conversation's history, and a few negations; none of them English, so English text costs nothing more."""
@@ -1962,6 +1994,13 @@ ANCHORS: tuple[tuple[str, tuple[Check, ...]], ...] = (
     ("system prompt", (_override,)),
     ("prevail", (_override,)),
     ("told you", (_override,)),
+    ("rank", (_override,)),
+    ("overrul", (_override,)),
+    ("same standing", (_override,)),
+    ("same authority", (_override,)),
+    ("same weight", (_override,)),
+    ("same trust", (_override,)),
+    ("more weight", (_override,)),
     ("outdated", (_override,)),
     ("longer binding", (_override,)),
     ("longer in force", (_override,)),
@@ -1977,7 +2016,7 @@ ANCHORS: tuple[tuple[str, tuple[Check, ...]], ...] = (
     ("user", (_conceal, _context)),
     ("secret", (_secret, _conceal)),
     ("silent", (_conceal,)),
-    ("as if", (_conceal,)),
+    ("as if", (_conceal, _override)),
     ("mention", (_conceal,)),
     ("leave out", (_conceal,)),
     ("tell", (_conceal,)),
@@ -1986,6 +2025,12 @@ ANCHORS: tuple[tuple[str, tuple[Check, ...]], ...] = (
     (" out of your", (_conceal,)),
     (" out of the", (_conceal,)),
     ("/.", (_file,)),
+    ("/cookies", (_file,)),
+    ("\\cookies", (_file,)),
+    ("/login data", (_file,)),
+    ("\\login data", (_file,)),
+    ("key4.db", (_file,)),
+    ("logins.json", (_file,)),
     ("/etc/", (_file,)),
     (".env", (_file,)),
     ("id_", (_file,)),
@@ -2003,6 +2048,9 @@ ANCHORS: tuple[tuple[str, tuple[Check, ...]], ...] = (
     ("previous", (_context,)),
     ("prior", (_context, _first)),
     ("history", (_context,)),
+    ("you have read", (_context,)),
+    ("you've read", (_context,)),
+    ("you have opened", (_context,)),
     ("when", (_uses_other,)),
     ("before", (_uses_other, _first)),
     ("after", (_uses_other, _first)),
