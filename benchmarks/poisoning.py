@@ -38,7 +38,7 @@ RUNS = 15
 OWN = REPO / "tests" / "data" / "poisoning"
 SETS = (
     ("published", DATA / "poisoning" / "published-attacks.jsonl"),
-    *((name, OWN / f"{name}.jsonl") for name in ("heldout", *(f"blind{n}" for n in ("", *range(2, 16))))),
+    *((name, OWN / f"{name}.jsonl") for name in ("heldout", *(f"blind{n}" for n in ("", *range(2, 17))))),
 )
 FIRST_SCANS = {
     "blind": "12/24",
@@ -56,6 +56,7 @@ FIRST_SCANS = {
     "blind13": "17/24",
     "blind14": "16/24",
     "blind15": "13/24",
+    "blind16": "17/24",
 }
 """Each blind set's result when it was first scanned, before any rule changed for it (the only unbiased
 figures: every later figure is after tuning on that set)."""
@@ -101,6 +102,7 @@ def main() -> int:
         ("hard-benign11", "1/24"),
         ("hard-benign12", "2/24"),
         ("hard-benign13", "1/24"),
+        ("hard-benign14", "0/24"),
     ):
         rows = load(OWN / f"{name}.jsonl")
         wrong = [row["id"] for row in rows if row_findings(row)]

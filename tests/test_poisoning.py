@@ -48,7 +48,7 @@ def test_published_attacks_are_detected_in_every_class(published: list[dict[str,
 
 @pytest.mark.parametrize(
     "name",
-    ["heldout", *(f"blind{n}" for n in ("", *range(2, 16)))],
+    ["heldout", *(f"blind{n}" for n in ("", *range(2, 17)))],
 )
 def test_attacks_written_in_other_words_are_detected(name: str) -> None:
     """blind4, 5 and 6 were written by helpers that never read the rules: 18 of 24, 10 of 20 and 12 of 20 on
@@ -66,14 +66,15 @@ def test_attacks_written_in_other_words_are_detected(name: str) -> None:
     16 of 24; 24 now (a conflict with what the model was told settled for the tool, a destination the user chose
     replaced, a heading in Vietnamese naming a system message, ...). blind15, after tuning on blind14: 13 of 24;
     24 now (notes that outrank the model's guidance, tool output given the user's authority, a browser's cookie
-    store, a home-directory file spelled as a parameter name, other servers' tools in Chinese, ...)."""
+    store, a home-directory file spelled as a parameter name, other servers' tools in Chinese, ...). blind16, after
+    tuning on blind15: 17 of 24, left untuned (`MIN_DETECTED` holds it there)."""
     rows = load(OWN_SETS / f"{name}.jsonl")
     table, missed = detection(rows)
     hits = show(f"{name} (written for this project)", table, missed)
     assert hits >= MIN_DETECTED.get(name, 0.9) * len(rows)
 
 
-MIN_DETECTED = {"blind8": 0.75, "blind9": 0.7, "blind12": 0.85}
+MIN_DETECTED = {"blind8": 0.75, "blind9": 0.7, "blind12": 0.85, "blind16": 0.7}
 """Sets detected below 0.9: what the rules find of attacks in phrasings and languages they were not tuned on."""
 
 
@@ -90,7 +91,7 @@ def test_no_real_tool_is_flagged(shared_data: Path) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    [f"hard-benign{n}.jsonl" for n in ("", *range(2, 14))],
+    [f"hard-benign{n}.jsonl" for n in ("", *range(2, 15))],
 )
 def test_legitimate_tools_near_the_rules_are_not_flagged(name: str) -> None:
     """A key path as a default, a `.env` lister, 'do not ask the user', 'IMPORTANT: use absolute paths'...
