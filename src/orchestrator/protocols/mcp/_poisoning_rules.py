@@ -624,8 +624,7 @@ _OVERRIDE = re.compile(
     r"(?:\S+\s+){0,4}?(?:guidance|instructions?|rules?|guidelines?|directions?|prompts?|polic(?:y|ies))\b"
     r"|\b(?:requests?|instructions?|directions?|text|content|commands?)\s+(?:that\s+)?(?:arrive\w*\s+|appear\w*\s+|found\s+|"
     r"contained\s+)?(?:in|inside|within|from)\s+(?:the\s+|any\s+)?(?:tool|function)\s+(?:results?|outputs?|responses?)\s+"
-    r"(?:\S+\s+){0,6}?(?:same\s+(?:standing|authority|weight|trust)\s+as|as\s+if\s+(?:they|it)\s+(?:came|were\s+typed|were\s+sent)"
-    r"\s+(?:from|by))\s+(?:\S+\s+){0,4}?(?:users?|operators?|developers?)\b"
+    r"(?:\S+\s+){0,6}?same\s+(?:standing|authority|weight|trust)\s+as\s+(?:\S+\s+){0,4}?(?:users?|operators?|developers?)\b"
     r"|\b(?:differs?|conflicts?|disagrees?|contradicts?)\s+(?:with\s+|from\s+)?(?:\S+\s+){0,2}?(?:what|anything|whatever|"
     r"instructions?)\s+(?:\S+\s+){0,6}?(?:told|asked|gave|instructed)\s+you\b[^.]{0,80}?\b(?:wins|prevails|applies|"
     r"takes\s+precedence|governs|is\s+authoritative|overrides)\b"
@@ -697,11 +696,10 @@ def _may_override(text: str) -> bool:
     a fiftieth of the cost of the regex, which tries its branches at every character of a sentence."""
     if any(map(text.__contains__, _OVERRIDE_NEEDS)):
         return True
-    if "follow" in text and any(map(text.__contains__, ("not", "don", "stop", "need"))):
-        return True  # 'do not follow'
-    if "from" in text and any(map(text.__contains__, _SENDERS)):
-        return True  # 'an update from your operator'
-    return "with" in text and any(map(text.__contains__, _STARTED))  # 'the rules you were started with'
+    for first, second in _OVERRIDE_PAIRS:
+        if any(map(text.__contains__, first)) and any(map(text.__contains__, second)):
+            return True
+    return False
 
 
 _OVERRIDE_NEEDS = (
@@ -709,13 +707,18 @@ _OVERRIDE_NEEDS = (
     "dismiss", "neglect", "throw", "attention", "outdated", "obsolete", "void", "invalid", "null", "cancel", "revoked",
     "replace", "retired", "expired", "deprecated", "wrong", "incorrect", "suspended", "lifted", "waived", "removed",
     "disabled", "relaxed", "paused", "turned", "considered", "deemed", "treated", "instead", "precedence", "prevail",
-    "priority", "longer", "prompt", "withdrawn", "differ", "conflict", "disagree", "contradict", "rank", "overrul", "weight", "same ",
-    "as if",
+    "priority", "longer", "prompt", "withdrawn", "differ", "conflict", "disagree", "contradict", "rank", "overrul", "weight",
+    "same",
 )  # fmt: skip
-"""One of these is in every sentence `_OVERRIDE` or `_RETIRED` matches, but for the three pairs `_may_override`
-checks after them."""
-_SENDERS = ("operator", "developer", "admin", "system", "creator", "maker", "anthropic", "openai", "owner")
-_STARTED = ("started", "initiali", "launched", "configured", "set", "given")
+"""One of these is in every sentence `_OVERRIDE` or `_RETIRED` matches, but for the branches `_OVERRIDE_PAIRS`
+stand for."""
+_OVERRIDE_PAIRS = (
+    (("follow",), ("not", "don", "stop", "need")),  # 'do not follow'
+    (("from",), ("operator", "developer", "admin", "system", "creator", "maker", "anthropic", "openai", "owner")),
+    (("with",), ("started", "initiali", "launched", "configured", "set", "given")),  # 'the rules you were started with'
+)
+"""Branches of `_OVERRIDE` no single word stands for: a sentence holding a word of each side of a pair may match
+('an update from your operator')."""
 
 _privilege = _in_sentence(_PRIVILEGE, "override", "privilege")
 
@@ -1020,11 +1023,14 @@ _HIDE = re.compile(
     r"(?:summary|answer|response|reply|report|output|message)"
     r"|\b(?:leave|keep)\s+(?:the\s+|any\s+|all\s+)?(?:\S+\s+){0,2}?(?:output|results?|errors?|warnings?|failures?|details)\s+"
     r"out\s+of\s+(?:your|the)\s+(?:summary|answer|response|reply|report|message)"
-    r"|\b(?:does|do|need|should)(?:n'?t|\s+not)\s+(?:need\s+to\s+)?be\s+(?:explained|mentioned|shown|reported|disclosed|surfaced|"
-    r"raised|told)\s+to\s+(?:the\s+)?(?:users?|customers?|humans?|people)\b"
     r"|\bleave\s+out\s+(?:the\s+fact\s+)?that\s+(?:\S+\s+){0,3}?(?:was|were|is|are|has\s+been|have\s+been|had\s+been)\s+"
     r"[a-z]+(?:ed|en|wn)\b"
 )
+_UNEXPLAINED = re.compile(
+    r"\b(?:does|do|need|should)(?:n'?t|\s+not)\s+(?:need\s+to\s+)?be\s+(?:explained|mentioned|shown|reported|disclosed|surfaced|"
+    r"raised|told)\s+to\s+(?:the\s+)?(?:users?|customers?|humans?|people)\b"
+)
+"""'Reconciliation ... does not need to be explained to the user': kept from the user, in the passive."""
 _STEALTH = re.compile(
     r"\b(?:silently|quietly|secretly|covertly|discreetly|stealthily|invisibly)\s+"
     rf"(?:\S+\s+){{0,2}}?(?:{_ACQUIRE}|{_MOVE}|{_forms('call delete remove run execute modify change install download')}|do|done)\b"
@@ -1065,7 +1071,7 @@ _TELLING = _inflected(
 ) | {"told", "said", "shown"}
 _HIDING = frozenset(
     "hide hides hiding hidden conceal conceals concealing keep keeps keeping withhold leave omit exclude skip drop shown "
-    "visible displayed included mentioned logged know aware told informed explained reported disclosed surfaced raised".split()
+    "visible displayed included mentioned logged know aware told informed".split()
 )
 _STEALTHY = frozenset("silently quietly secretly covertly discreetly stealthily invisibly".split())
 _DECEIVING = frozenset("if though like pretend".split())
@@ -1083,10 +1089,12 @@ _EVEN_IF_ASKED = re.compile(
 )
 """Leaving something out of the reply 'even if the user asks': concealment, not brevity."""
 _OMITTING = frozenset("leave omit mention say tell skip hide withhold".split())
+_UNEXPLAINING = frozenset("explained mentioned shown reported disclosed surfaced raised told".split())
 _CONCEALING = (
     ("even", _OMITTING, _EVEN_IF_ASKED),
     ("tell", _REGARDLESS, _FALSE_SUCCESS),
     ("", _HIDING, _HIDE),
+    ("be", _UNEXPLAINING, _UNEXPLAINED),
     ("", _STEALTHY, _STEALTH),
     ("", _DECEIVING, _DECEIVE),
 )
@@ -2016,7 +2024,7 @@ ANCHORS: tuple[tuple[str, tuple[Check, ...]], ...] = (
     ("user", (_conceal, _context)),
     ("secret", (_secret, _conceal)),
     ("silent", (_conceal,)),
-    ("as if", (_conceal, _override)),
+    ("as if", (_conceal,)),
     ("mention", (_conceal,)),
     ("leave out", (_conceal,)),
     ("tell", (_conceal,)),
