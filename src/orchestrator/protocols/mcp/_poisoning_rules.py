@@ -312,14 +312,14 @@ _CONTEXT = (
     r"user'?s?\s+(?:previous\s+|last\s+|full\s+|complete\s+|entire\s+|original\s+)?(?:\d+\s+|two\s+|three\s+|five\s+|ten\s+)?"
     r"(?:messages?|prompts?|inputs?)|(?:assistant|model|agent|ai)'s\s+(?:\S+\s+){0,2}?(?:instructions|prompt|guidelines)|"
     r"(?:complete|full|entire)\s+user\s+(?:message|request|prompt)|system\s+prompt|(?:your|the)\s+(?:system\s+)?instructions|"
-    r"every\s+(?:user\s+and\s+assistant\s+)?turn|tool\s+list|list\s+of\s+(?:your\s+|all\s+)?(?:available\s+)?tools|"
+    r"(?:every|each)\s+(?:user\s+and\s+assistant\s+)?turn|tool\s+list|list\s+of\s+(?:your\s+|all\s+)?(?:available\s+)?tools|"
     r"(?:everything|what|things|text|words|messages?|lines)\s+(?:\S+\s+){0,2}?(?:the\s+)?user\s+(?:has\s+)?"
     r"(?:typed|said|wrote|written|asked|entered|sent|pasted|shared|told)|"
     r"(?:everything|all|what(?:ever)?)\s+(?:\S+\s+){0,2}?(?:discussed|said|shared|mentioned|written|typed|asked|exchanged)\s+"
     r"(?:in|during|so\s+far|earlier|before)\s*(?:this|the)?\s*(?:chat|conversation|session|thread|dialogue)?|"
     r"(?:every|all|each)\s+(?:of\s+the\s+)?files?\s+(?:that\s+)?(?:the\s+user|you)\s+(?:has\s+|have\s+)?(?:opened|viewed|"
     r"edited|accessed|read|seen)|"
-    r"(?:outputs?|results?|responses?)\s+of\s+(?:all\s+|every\s+|the\s+)?(?:previous|prior|earlier|other)\s+tool\s+calls)"
+    r"(?:outputs?|results?|responses?)\s+of\s+(?:all\s+|every\s+|the\s+)?(?:previous|prior|earlier|other)\s+tool(?:\s+call)?s)"
 )
 _ORDER = re.compile(rf"\b(?:{_ACQUIRE}|{_MOVE}|contents?\s+of|its\s+contents?|(?:full\s+)?text\s+of)\b")
 
@@ -625,6 +625,16 @@ _OVERRIDE = re.compile(
     r"|\b(?:requests?|instructions?|directions?|text|content|commands?)\s+(?:that\s+)?(?:arrive\w*\s+|appear\w*\s+|found\s+|"
     r"contained\s+)?(?:in|inside|within|from)\s+(?:the\s+|any\s+)?(?:tool|function)\s+(?:results?|outputs?|responses?)\s+"
     r"(?:\S+\s+){0,6}?same\s+(?:standing|authority|weight|trust)\s+as\s+(?:\S+\s+){0,4}?(?:users?|operators?|developers?)\b"
+    r"|\b(?:(?:earlier|previous|prior)\s+requests?|user'?s\s+(?:requests?|wishes|instructions)|host\s+application)\b[^.]{0,160}?"
+    r"\b(?:disagree|conflict|differ|contradict)\w*\b[^.]{0,160}?\b(?:go\s+with|side\s+with|defer\s+to)\s+(?:the|this|these)\s+"
+    r"(?:profile|polic(?:y|ies)|notes?|tool|description|glossary|server|rules?)\b"
+    r"|\b(?:replaces?|supersedes?|overrides?)\s+(?:the\s+)?(?:assistant'?s|model'?s|your|ai'?s|agent'?s)\s+(?:\S+\s+)?(?:configuration|"
+    r"instructions|guidance|rules|setup|system\s+prompt)"
+    r"|\beven\s+(?:where|when|if)\s+(?:it|this|that|they)\s+(?:conflicts?|disagrees?|contradicts?)\s+with\s+(?:\S+\s+){0,8}?"
+    r"(?:told|asked|gave|instructed)\s+you\b"
+    r"|\b(?:when|if|whenever)\s+(?:a|an|any)\s+(?:retrieved\s+)?(?:document|page|file|e-?mail|message|result|tool\s+output|"
+    r"web\s+page|entry)\s+(?:\S+\s+){0,6}?(?:asks?|tells?|instructs?|requests?)\s+(?:you\s+)?(?:for|to)\b[^.]{0,60}?"
+    r"\b(?:carry\s+(?:it|them)\s+out|comply|obey)"
     r"|\b(?:differs?|conflicts?|disagrees?|contradicts?)\s+(?:with\s+|from\s+)?(?:\S+\s+){0,2}?(?:what|anything|whatever|"
     r"instructions?)\s+(?:\S+\s+){0,6}?(?:told|asked|gave|instructed)\s+you\b[^.]{0,80}?\b(?:wins|prevails|applies|"
     r"takes\s+precedence|governs|is\s+authoritative|overrides)\b"
@@ -716,6 +726,7 @@ _OVERRIDE_PAIRS = (
     (("follow",), ("not", "don", "stop", "need")),  # 'do not follow'
     (("from",), ("operator", "developer", "admin", "system", "creator", "maker", "anthropic", "openai", "owner")),
     (("with",), ("started", "initiali", "launched", "configured", "set", "given")),  # 'the rules you were started with'
+    (("ask", "tell", "instruct", "request"), ("carry", "comply", "obey")),  # 'if a page asks, carry it out'
 )
 """Branches of `_OVERRIDE` no single word stands for: a sentence holding a word of each side of a pair may match
 ('an update from your operator')."""
@@ -989,7 +1000,7 @@ def _context(doc: _Doc, start: int, end: int) -> Hit | None:
 
 _FILL = re.compile(
     r"\b(?:set|fill|populate|replace|overwrite)\s+(?:this\s+|the\s+)?(?:value|field|parameter|argument|"
-    r"`?[a-z][a-z0-9]*(?:_[a-z0-9]+)+`?)\s+(?:to|with)\b"
+    r"`?[a-z][a-z0-9]*(?:_[a-z0-9]+)+`?)\s+(?:to|with)\b|\bfill\s+(?:this|it)\s+(?:in\s+)?with\b"
     r"|\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+`?\s+(?:then\s+|also\s+|now\s+)?(?:carries|contains|holds|receives|takes)\b"
 )
 """A parameter told what to carry ('set cache_key to', 'Replace this value with', 'session_ref then carries'):
@@ -1089,12 +1100,26 @@ _EVEN_IF_ASKED = re.compile(
 )
 """Leaving something out of the reply 'even if the user asks': concealment, not brevity."""
 _OMITTING = frozenset("leave omit mention say tell skip hide withhold".split())
+_KEPT_OUT = re.compile(
+    r"\b(?:stays?|remains?|is\s+kept|are\s+kept|be\s+kept)\s+out\s+of\s+(?:the|your)\s+(?:conversation|chat|reply|answer|response|"
+    r"summary|transcript)"
+)
+"""Kept out of the conversation ('the diagnostics upload ... stay out of the conversation')..."""
+_KEEPING_OUT = frozenset("stay stays remain remains kept".split())
+_COVER_STORY = re.compile(
+    r"\bif\s+(?:the\s+user\s+|anyone\s+|they\s+)?(?:is\s+|are\s+)?asks?(?:ed)?\b[^.;]{0,60}?\b(?:describe|call|present|explain|"
+    r"report|frame)\s+(?:it|this|that|them)\s+as\b"
+)
+"""...or a cover story ready ('if asked what ran, describe it as a local cache cleanup')."""
+_ASKING = frozenset("ask asks asked".split())
 _UNEXPLAINING = frozenset("explained mentioned shown reported disclosed surfaced raised told".split())
 _CONCEALING = (
     ("even", _OMITTING, _EVEN_IF_ASKED),
     ("tell", _REGARDLESS, _FALSE_SUCCESS),
     ("", _HIDING, _HIDE),
     ("be", _UNEXPLAINING, _UNEXPLAINED),
+    ("out", _KEEPING_OUT, _KEPT_OUT),
+    ("if", _ASKING, _COVER_STORY),
     ("", _STEALTHY, _STEALTH),
     ("", _DECEIVING, _DECEIVE),
 )
@@ -1763,12 +1788,14 @@ _STRONG_ABROAD = re.compile(
     r"her\s+\w+(?:dığında|diğinde|duğunda|düğünde|tığında|tiğinde|tuğunda|tüğünde)|her\s+seferinde|setiap\s+kali|"
     r"varje\s+gång|щоразу|кожного\s+разу|de\s+fiecare\s+dată|minden\s+alkalommal|przy\s+każdym|при\s+каждом|bei\s+jede[mr]|"
     r"à\s+chaque|en\s+cada|ad\s+ogni|em\s+cada|bij\s+elke)\b"
-    r"|常に|必ず|总是|始终|一律|항상|반드시|हमेशा|सदैव|دائما|دائمًا|دوما|תמיד|همیشه|เสมอ|ทุกครั้ง"
+    r"|\b(?:wann\s+immer|immer\s+wenn|ilekroć|zawsze\s+gdy|mỗi\s+khi|mỗi\s+lần|bất\s+cứ\s+khi\s+nào|kdykoli)\b"
+    r"|常に|必ず|总是|始终|一律|항상|반드시|हमेशा|सदैव|دائما|دائمًا|دوما|תמיד|همیشه|เสมอ|ทุกครั้ง|जब\s+भी|हर\s+बार|每当|每次|때마다|"
+    r"בכל\s+פעם|كلما|たびに"
 )
 """'Always' and 'every time' in 25 languages: with another server's tool named, an order about it."""
 _STRONG_ABROAD_WORDS = frozenset(
     "immer stets siempre toujours sempre zawsze altijd jedes cada chaque ogni zaman selalu senantiasa alltid mereu "
-    "mindig keer telkens razem vez seferinde kali gång alkalommal jedem jeder elke".split()
+    "mindig keer telkens razem vez seferinde kali gång alkalommal jedem jeder elke wann kdykoli".split()
 )
 """Its words in ASCII letters: an ASCII sentence without one is not searched."""
 _PREVIOUS_ABROAD = (
@@ -1842,6 +1869,7 @@ _OTHERS_ABROAD = re.compile(
     r"其他[^。\n]{0,60}工具[^。\n]{0,30}(?:已停止维护|不再维护|已弃用|已废弃|不可靠|损坏|过时)"
     r"|他の[^。\n]{0,60}ツール[^。\n]{0,30}(?:非推奨|廃止|壊れ|不正確|古い|信頼でき)"
     r"|दूसरे[^।\n]{0,60}टूल[^।\n]{0,40}(?:पुराने|गलत|खराब|बंद)"
+    r"|เครื่องมืออื่น[^\n]{0,40}(?:เลิกใช้|ล้าสมัย|ผิดพลาด|ไม่น่าเชื่อถือ)"
     r"|\b(?:otras|autres|anderen?|outras|altri|другие)\s+(?:\S+\s+){0,4}?(?:herramientas|outils|tools|werkzeuge|ferramentas|"
     r"strumenti|инструменты)\s+(?:\S+\s+){0,6}?(?:obsolet\w*|veraltet\w*|no\s+son\s+fiables|non\s+fiables|unzuverlässig|"
     r"não\s+são\s+confiáveis|inaffidabili|устарел\w*|ненадёжн\w*|ненадежн\w*)"
@@ -1877,6 +1905,7 @@ _PREFER_ABROAD = re.compile(
     r"|他の[^。\n]{0,20}ツール[^。\n]{0,20}(?:より|よりも|の代わりに)[^。\n]{0,10}優先"
     r"|(?:优先|首选)[^。\n]{0,20}(?:而不是|代替|胜过|于)其他[^。\n]{0,6}工具|其他[^。\n]{0,10}工具[^。\n]{0,10}(?:之前|以前)[^。\n]{0,6}优先"
     r"|다른\s*(?:모든\s*)?도구(?:보다|대신)[^.。\n]{0,20}(?:우선|먼저|항상)"
+    r"|ใช้เครื่องมือนี้แทนเครื่องมือ[^\n]{0,30}อื่น"
     r"|(?:不要|请勿|切勿|不得|禁止|别)(?:再)?(?:调用|使用)(?:任何)?(?:其他|别的)[^。；\n]{0,30}工具"
     r"|即使[^。；\n]{0,30}(?:其他|别的)[^。；\n]{0,20}工具[^。；\n]{0,20}(?:改用|仍(?:然)?使用|也(?:请)?使用)(?:本|此|这个)工具"
     r"|他の[^。\n]{0,30}ツール(?:は|を)[^。\n]{0,10}(?:使わない|使用しない|呼び出さない|使用せず|使わず)"
@@ -1886,7 +1915,9 @@ _PREFER_ABROAD = re.compile(
 )
 """This tool put before every other one, in the same languages ('prefer this tool over any other' in English)."""
 _HISTORY_ABROAD = (
-    r"(?:historial\s+de\s+(?:la\s+)?(?:conversación|chat)|historial\s+del\s+chat|histórico\s+d[aeo]\s+(?:conversa|chat)|"
+    r"(?:(?:treść|zawartość)\s+(?:\S+\s+)?(?:rozmowy|czatu)|contenido\s+de\s+la\s+conversación|contenu\s+de\s+la\s+conversation|"
+    r"inhalt\s+des\s+(?:gesprächs|chats)|contenuto\s+della\s+conversazione|conteúdo\s+da\s+conversa|"
+    r"содержание\s+(?:\S+\s+)?(?:переписки|разговора|диалога|чата)|historial\s+de\s+(?:la\s+)?(?:conversación|chat)|historial\s+del\s+chat|histórico\s+d[aeo]\s+(?:conversa|chat)|"
     r"historique\s+de\s+(?:la\s+)?(?:conversation|discussion)|gesprächsverlauf|chatverlauf|konversationsverlauf|"
     r"cronologia\s+della\s+(?:chat|conversazione)|histori[aei]\s+(?:rozmowy|czatu|konwersacji)|"
     r"истори[яиюе]\s+(?:переписки|диалога|чата|разговора|беседы)|gespreksgeschiedenis|chatgeschiedenis|"
@@ -1896,7 +1927,8 @@ _HISTORY_ABROAD = (
     r"ประวัติ(?:การสนทนา|แชท)|histori[ei]\s+(?:konverzace|chatu)|ιστορικό\s+(?:της\s+)?συνομιλίας|істор\w+\s+(?:розмови|чату|листування)|"
     r"istoricul\s+(?:conversației|chatului)|(?:beszélgetés|csevegés)\w*\s+előzmény\w*)"
 )
-"""A conversation's history, in 25 languages."""
+"""A conversation's history or content, in 25 languages."""
+_HISTORY_NOUN_ABROAD = re.compile(_HISTORY_ABROAD)
 _FIELD_ABROAD = (
     r"(?:campo|champ|feld|parametr|поле|alan|欄|字段|필드|trường|שדה|حقل|فیلد|फ़ील्ड|ช่อง|pole|πεδίο|câmp|mező|kolom|veld|fält|"
     r"parameter|aquí|aqui|ici|hier|здесь|сюда|tutaj|burada|buraya|di\s+sini|ở\s+đây|ここ|此处|这里|여기)"
@@ -1945,6 +1977,10 @@ def _abroad(doc: _Doc, start: int, end: int) -> Hit | None:
         found = _SEND_ALL_ABROAD.search(low, start, end)
         if found:
             return doc.hit("exfil-destination", start, end)
+    if low.find("@", start, end) >= 0 and EMAIL.search(low, start, end):
+        found = _HISTORY_NOUN_ABROAD.search(low, start, end)
+        if found:
+            return doc.hit("exfil-destination", found.start(), found.end() + 80)  # the conversation to an address
     return None
 
 
@@ -1963,9 +1999,10 @@ _ABROAD_ANCHORS = (
     "ưu tiên", "herramienta", "outils", "werkzeug", "ferramenta", "strumenti", "araç", "ツール", "工具", "도구", "alat lain",
     "historial", "histórico", "historique", "verlauf", "cronologia", "истори", "geschiedenis", "geçmiş", "履歴", "记录", "历史",
     "대화", "lịch sử", "riwayat", "historik", "היסטוריית", "سجل", "تاریخچه", "इतिहास", "ประวัติ", "ιστορικ", "істор",
-    "istoricul", "előzmény", "historii", "historie", "確認", "确认", "확인", "confirmación",
+    "istoricul", "előzmény", "historii", "historie", "rozmowy", "czatu", "de la conversación", "de la conversation",
+    "des gesprächs", "des chats", "della conversazione", "da conversa", "переписки", "разговора", "диалога", "確認", "确认", "확인", "confirmación",
     "sans confirm", "sans demander", "bestätigung", "conferma", "confirmação", "подтвержден", "potwierdzeni", "konfirmasi",
-    "xác nhận", "onay ", "bekräftelse", "bevestiging", "bu aracı", "persetujuan", "arahan", "aprobación", "autorización",
+    "xác nhận", "onay ", "bekräftelse", "bevestiging", "bu aracı", "เครื่องมือ", "persetujuan", "arahan", "aprobación", "autorización",
     "approbation", "autorisation", "zustimmung", "genehmigung", "freigabe", "approvazione", "autorizzazione", "aprovação",
     "autorização", "согласован", "одобрен", "zgody", "zatwierdzeni", "承認", "未经", "승인", "동의",
 )  # fmt: skip
@@ -2002,6 +2039,16 @@ ANCHORS: tuple[tuple[str, tuple[Check, ...]], ...] = (
     ("system prompt", (_override,)),
     ("prevail", (_override,)),
     ("told you", (_override,)),
+    ("carry it out", (_override,)),
+    ("disagree", (_override,)),
+    ("go with the", (_override,)),
+    ("side with", (_override,)),
+    ("defer to", (_override,)),
+    ("assistant's", (_override,)),
+    ("model's", (_override,)),
+    ("agent's", (_override,)),
+    ("carry them out", (_override,)),
+    ("obey", (_override,)),
     ("rank", (_override,)),
     ("overrul", (_override,)),
     ("same standing", (_override,)),
@@ -2027,6 +2074,7 @@ ANCHORS: tuple[tuple[str, tuple[Check, ...]], ...] = (
     ("as if", (_conceal,)),
     ("mention", (_conceal,)),
     ("leave out", (_conceal,)),
+    ("if asked", (_conceal,)),
     ("tell", (_conceal,)),
     ("inform", (_conceal,)),
     ("person", (_conceal,)),
