@@ -38,7 +38,7 @@ RUNS = 15
 OWN = REPO / "tests" / "data" / "poisoning"
 SETS = (
     ("published", DATA / "poisoning" / "published-attacks.jsonl"),
-    *((name, OWN / f"{name}.jsonl") for name in ("heldout", *(f"blind{n}" for n in ("", *range(2, 17))))),
+    *((name, OWN / f"{name}.jsonl") for name in ("heldout", *(f"blind{n}" for n in ("", *range(2, 18))))),
 )
 FIRST_SCANS = {
     "blind": "12/24",
@@ -57,6 +57,7 @@ FIRST_SCANS = {
     "blind14": "16/24",
     "blind15": "13/24",
     "blind16": "17/24",
+    "blind17": "19/24",
 }
 """Each blind set's result when it was first scanned, before any rule changed for it (the only unbiased
 figures: every later figure is after tuning on that set)."""
@@ -103,6 +104,7 @@ def main() -> int:
         ("hard-benign12", "2/24"),
         ("hard-benign13", "1/24"),
         ("hard-benign14", "0/24"),
+        ("hard-benign15", "1/24"),
     ):
         rows = load(OWN / f"{name}.jsonl")
         wrong = [row["id"] for row in rows if row_findings(row)]

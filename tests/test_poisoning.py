@@ -48,7 +48,7 @@ def test_published_attacks_are_detected_in_every_class(published: list[dict[str,
 
 @pytest.mark.parametrize(
     "name",
-    ["heldout", *(f"blind{n}" for n in ("", *range(2, 17)))],
+    ["heldout", *(f"blind{n}" for n in ("", *range(2, 18)))],
 )
 def test_attacks_written_in_other_words_are_detected(name: str) -> None:
     """blind4, 5 and 6 were written by helpers that never read the rules: 18 of 24, 10 of 20 and 12 of 20 on
@@ -68,14 +68,15 @@ def test_attacks_written_in_other_words_are_detected(name: str) -> None:
     24 now (notes that outrank the model's guidance, tool output given the user's authority, a browser's cookie
     store, a home-directory file spelled as a parameter name, other servers' tools in Chinese, ...). blind16, after
     tuning on blind15: 17 of 24; 24 now (a disagreement with the user settled for the tool, content that asks
-    for an action obeyed, 'whenever' in Hindi, a cover story ready if asked, ...)."""
+    for an action obeyed, 'whenever' in Hindi, a cover story ready if asked, ...). blind17, after tuning on
+    blind16: 19 of 24, left untuned (`MIN_DETECTED` holds it there)."""
     rows = load(OWN_SETS / f"{name}.jsonl")
     table, missed = detection(rows)
     hits = show(f"{name} (written for this project)", table, missed)
     assert hits >= MIN_DETECTED.get(name, 0.9) * len(rows)
 
 
-MIN_DETECTED = {"blind8": 0.75, "blind9": 0.7, "blind12": 0.85}
+MIN_DETECTED = {"blind8": 0.75, "blind9": 0.7, "blind12": 0.85, "blind17": 0.75}
 """Sets detected below 0.9: what the rules find of attacks in phrasings and languages they were not tuned on."""
 
 
@@ -92,7 +93,7 @@ def test_no_real_tool_is_flagged(shared_data: Path) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    [f"hard-benign{n}.jsonl" for n in ("", *range(2, 15))],
+    [f"hard-benign{n}.jsonl" for n in ("", *range(2, 16))],
 )
 def test_legitimate_tools_near_the_rules_are_not_flagged(name: str) -> None:
     """A key path as a default, a `.env` lister, 'do not ask the user', 'IMPORTANT: use absolute paths'...
@@ -171,6 +172,10 @@ STILL_FLAGGED = {
             "instruction-block in inputSchema.properties.plugins.items.enum.0: prompt-injection",
             "context-leak in inputSchema.properties.plugins.items.enum.1: system-prompt-override",
         ]
+    },
+    # Left untuned, as on its first scan: a guardrail screening tool quoting an injection it expects as input.
+    "hard-benign15.jsonl": {
+        "d-lakera-guard-screen": ["override in description: jailbreak attempts, PII or unsafe content."],
     },
     # A false positive left: "stores the temporary credentials ... via `--profile`" reads the quoted CLI flag
     # as the argument the credentials are to go into.
