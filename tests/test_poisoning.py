@@ -1421,9 +1421,9 @@ def test_near_misses_of_blind16s_forms_stay_clean(description: str) -> None:
 
 
 def test_the_override_precheck_passes_every_sentence_the_patterns_match(published: list[dict[str, Any]]) -> None:
-    """`_override` runs its regexes only on sentences holding a word every branch needs (`_may_override`):
-    over every string of every corpus (published attacks, every written set, every hard-benign set), a
-    string either pattern matches always passes the precheck."""
+    """`_override` runs its regexes only on sentences holding a word every branch needs (`_may_override`,
+    `_may_defer`): over every string of every corpus (published attacks, every written set, every hard-benign
+    set), a string a pattern matches always passes its precheck."""
     from orchestrator.protocols.mcp import _poisoning_rules as rules
 
     texts = [
@@ -1434,3 +1434,6 @@ def test_the_override_precheck_passes_every_sentence_the_patterns_match(publishe
     matched = [text for text in texts if rules._OVERRIDE.search(text) or rules._RETIRED.search(text)]
     assert len(matched) > 30
     assert [text for text in matched if not rules._may_override(text)] == []
+    deferring = [text for text in texts if rules._DEFERENCE.search(text)]
+    assert len(deferring) >= 5
+    assert [text for text in deferring if not rules._may_defer(text)] == []

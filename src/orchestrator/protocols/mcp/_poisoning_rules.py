@@ -618,7 +618,10 @@ _OVERRIDE = re.compile(
     r"|\b(?:guidance|instructions?|rules?|guidelines?|restrictions?|directives?|polic(?:y|ies))\s+(?:\S+\s+){0,14}?"
     r"(?:is|are|were|was|has\s+been|have\s+been)\s+(?:now\s+|hereby\s+)?(?:considered|deemed|treated\s+as)\s+(?:superseded|void|"
     r"obsolete|outdated|invalid|overridden|revoked|null|cancell?ed|withdrawn|retired)"
-    r"|\b(?:earlier|previous|prior|former)\s+(?:user\s+)?requests?\s+(?:\S+\s+){0,10}?(?:are|is|were|was)\s+(?:now\s+)?"
+)
+"""Real text says 'ignored when file_path is used', 'the HTTP cache is bypassed': never about instructions."""
+_DEFERENCE = re.compile(
+    r"\b(?:earlier|previous|prior|former)\s+(?:user\s+)?requests?\s+(?:\S+\s+){0,10}?(?:are|is|were|was)\s+(?:now\s+)?"
     r"(?:considered|deemed|treated\s+as)\s+(?:\S+\s+)?(?:superseded|void|obsolete|outdated|invalid|overridden|stale)"
     r"|\b(?:ranks?\s+(?:above|ahead\s+of)|outranks?|takes?\s+priority\s+over|overrules?|carr(?:y|ies)\s+more\s+weight\s+than)\s+"
     r"(?:\S+\s+){0,4}?(?:guidance|instructions?|rules?|guidelines?|directions?|prompts?|polic(?:y|ies))\b"
@@ -628,7 +631,7 @@ _OVERRIDE = re.compile(
     r"|\b(?:(?:earlier|previous|prior)\s+requests?|user'?s\s+(?:requests?|wishes|instructions)|host\s+application)\b[^.]{0,160}?"
     r"\b(?:disagree|conflict|differ|contradict)\w*\b[^.]{0,160}?\b(?:go\s+with|side\s+with|defer\s+to)\s+(?:the|this|these)\s+"
     r"(?:profile|polic(?:y|ies)|notes?|tool|description|glossary|server|rules?)\b"
-    r"|\b(?:replaces?|supersedes?|overrides?)\s+(?:the\s+)?(?:assistant'?s|model'?s|your|ai'?s|agent'?s)\s+(?:\S+\s+)?(?:configuration|"
+    r"|\b(?:replaces?|supersedes?|overrides?)\s+(?:the\s+)?(?:assistant'?s|model'?s|agent'?s)\s+(?:\S+\s+)?(?:configuration|"
     r"instructions|guidance|rules|setup|system\s+prompt)"
     r"|\beven\s+(?:where|when|if)\s+(?:it|this|that|they)\s+(?:conflicts?|disagrees?|contradicts?)\s+with\s+(?:\S+\s+){0,8}?"
     r"(?:told|asked|gave|instructed)\s+you\b"
@@ -639,7 +642,27 @@ _OVERRIDE = re.compile(
     r"instructions?)\s+(?:\S+\s+){0,6}?(?:told|asked|gave|instructed)\s+you\b[^.]{0,80}?\b(?:wins|prevails|applies|"
     r"takes\s+precedence|governs|is\s+authoritative|overrides)\b"
 )
-"""Real text says 'ignored when file_path is used', 'the HTTP cache is bypassed': never about instructions."""
+"""The tool's text set above what the model was told: notes that outrank its guidance, tool output given the
+user's standing, a disagreement with the user's request settled for the tool, content that asks for an
+action obeyed. Kept apart from `_OVERRIDE` and read only in sentences `_may_defer` passes: its words are
+others, and most sentences hold none."""
+
+
+def _may_defer(text: str) -> bool:
+    """Whether a sentence holds what every branch of `_DEFERENCE` needs (as `_may_override` for `_OVERRIDE`)."""
+    if any(map(text.__contains__, _DEFERENCE_NEEDS)):
+        return True
+    if "request" in text and any(map(text.__contains__, ("earlier", "previous", "prior", "former"))):
+        return True  # 'earlier requests ... are treated as outdated'
+    return any(map(text.__contains__, ("replac", "supersed", "overrid"))) and any(
+        map(text.__contains__, ("assistant", "model", "agent"))
+    )  # "replaces the assistant's earlier configuration"
+
+
+_DEFERENCE_NEEDS = (
+    "rank", "priority", "overrul", "weight", "same", "disagree", "conflict", "differ", "contradict", "carry", "comply", "obey",
+)  # fmt: skip
+
 _PRIVILEGE = re.compile(
     r"\b(?:disable|disabling|bypass|bypassing|turn\s+off|switch\s+off|skip|skipping|circumvent|deactivate|remove|lift|ignore)\s+"
     r"(?:\S+\s+){0,3}?(?:security|safety|guardrails?|content\s+filter\w*|filters|sanitization|validation|checks|protections?|"
@@ -681,24 +704,32 @@ _GUARDING = re.compile(r"\b(?:must|never|not|no|confirm\w*|approv\w*|limitation|
 
 @_per_sentence("override")
 def _override(doc: _Doc, start: int, end: int) -> Hit | None:
-    """Earlier instructions or safeguards set aside (`_OVERRIDE`), or announced retired (`_RETIRED`)."""
+    """Earlier instructions or safeguards set aside (`_OVERRIDE`), the tool's text set above them
+    (`_DEFERENCE`), or a safeguard announced retired (`_RETIRED`)."""
     low = doc.low
-    if not _may_override(low[start:end]):
-        return None
-    # The first match no negation precedes ('follow the plan without skipping any ... instructions' orders nothing).
-    found = next(
-        (
-            match
-            for match in _OVERRIDE.finditer(low, start, end)
-            if not _NEGATED.search(low, max(start, match.start() - 24), match.start())
-        ),
-        None,
-    )
-    if found is None:
+    text = low[start:end]
+    overriding = _may_override(text)
+    found = _unnegated(_OVERRIDE, low, start, end) if overriding else None
+    if found is None and _may_defer(text):
+        found = _unnegated(_DEFERENCE, low, start, end)
+    if found is None and overriding:
         found = _RETIRED.search(low, start, end)
         if found is not None and not _GUARDING.search(low, start, end):
             found = None
     return doc.hit("override", found.start(), min(end, found.end() + 60)) if found else None
+
+
+def _unnegated(pattern: re.Pattern[str], low: str, start: int, end: int) -> re.Match[str] | None:
+    """The first match no negation precedes ('follow the plan without skipping any of the previous instructions'
+    orders nothing)."""
+    return next(
+        (
+            match
+            for match in pattern.finditer(low, start, end)
+            if not _NEGATED.search(low, max(start, match.start() - 24), match.start())
+        ),
+        None,
+    )
 
 
 def _may_override(text: str) -> bool:
@@ -717,8 +748,7 @@ _OVERRIDE_NEEDS = (
     "dismiss", "neglect", "throw", "attention", "outdated", "obsolete", "void", "invalid", "null", "cancel", "revoked",
     "replace", "retired", "expired", "deprecated", "wrong", "incorrect", "suspended", "lifted", "waived", "removed",
     "disabled", "relaxed", "paused", "turned", "considered", "deemed", "treated", "instead", "precedence", "prevail",
-    "priority", "longer", "prompt", "withdrawn", "differ", "conflict", "disagree", "contradict", "rank", "overrul", "weight",
-    "same",
+    "priority", "longer", "prompt", "withdrawn",
 )  # fmt: skip
 """One of these is in every sentence `_OVERRIDE` or `_RETIRED` matches, but for the branches `_OVERRIDE_PAIRS`
 stand for."""
@@ -726,7 +756,6 @@ _OVERRIDE_PAIRS = (
     (("follow",), ("not", "don", "stop", "need")),  # 'do not follow'
     (("from",), ("operator", "developer", "admin", "system", "creator", "maker", "anthropic", "openai", "owner")),
     (("with",), ("started", "initiali", "launched", "configured", "set", "given")),  # 'the rules you were started with'
-    (("ask", "tell", "instruct", "request"), ("carry", "comply", "obey")),  # 'if a page asks, carry it out'
 )
 """Branches of `_OVERRIDE` no single word stands for: a sentence holding a word of each side of a pair may match
 ('an update from your operator')."""
