@@ -123,6 +123,10 @@ class _Channel:
         self.starts: list[int] = []
         """Where each part starts in the text `joined()` made last."""
 
+    def share(self, part: int, index: int, value: str) -> None:
+        """Credit `part` to one more tool (`index`, holding it as `value`)."""
+        self.shared.setdefault(part, []).append((index, value))
+
     def joined(self) -> str:
         joined = rules.SEPARATOR.join(self.parts)
         # Part i starts after the lengths of the parts before it and i separators (summed without a Python loop).
@@ -173,8 +177,7 @@ class _Text:
         # and still counts as the server's own. A string an earlier tool holds is credited to that part
         # (a description never is: its first sentence is read as the tool's summary).
         identifiers: list[str] = []
-        prose, prose_origins = self._prose_parts, self._prose_origins
-        prose_seen, shared = self.prose.seen, self.prose.shared
+        prose, prose_origins, prose_seen = self._prose_parts, self._prose_origins, self.prose.seen
         for value in dict.fromkeys(strings):
             if (
                 " " not in value
@@ -193,17 +196,17 @@ class _Text:
             if value == description:
                 self.descriptions.append(len(prose))
             elif (part := prose_seen.get(value)) is not None:
-                shared.setdefault(part, []).append((index, value))  # credited to the part
+                self.prose.share(part, index, value)
                 continue
             else:
                 prose_seen[value] = len(prose)
-            prose.append(rules.without_separators(value) if "\x00" in value else value)
+            prose.append(rules.without_separators(value))
             prose_origins.append((index, value))
-        names, name_seen, shared = self._name_parts, self.names.seen, self.names.shared
+        names, name_seen = self._name_parts, self.names.seen
         for identifier in identifiers:
             lowered = identifier.lower()
             if (part := name_seen.get(lowered)) is not None:
-                shared.setdefault(part, []).append((index, identifier))
+                self.names.share(part, index, identifier)
                 continue
             name_seen[lowered] = len(names)
             names.append(lowered)
@@ -240,10 +243,7 @@ class _Text:
             kind = type(child)
             if kind is str:
                 if child and child not in _SCHEMA_WORDS:
-                    if parent == "required":  # `_misplaced` for a required name, without its two calls
-                        if " " in child or "\n" in child:
-                            self.misplaced.append((index, child, "schema-misuse"))
-                    elif parent in _LISTS_CHECKED:
+                    if parent in _LISTS_CHECKED:
                         self._check_place(index, child, parent, True)
                     out.append(child)
             elif kind is dict or kind is list:
