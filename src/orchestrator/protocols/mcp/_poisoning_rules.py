@@ -15,7 +15,7 @@ import bisect
 import itertools
 import re
 import unicodedata
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ._literals import INDEX_BITS, Literals
@@ -650,18 +650,16 @@ others, and most sentences hold none."""
 
 def _may_defer(text: str) -> bool:
     """Whether a sentence holds what every branch of `_DEFERENCE` needs (as `_may_override` for `_OVERRIDE`)."""
-    if any(map(text.__contains__, _DEFERENCE_NEEDS)):
-        return True
-    if "request" in text and any(map(text.__contains__, ("earlier", "previous", "prior", "former"))):
-        return True  # 'earlier requests ... are treated as outdated'
-    return any(map(text.__contains__, ("replac", "supersed", "overrid"))) and any(
-        map(text.__contains__, ("assistant", "model", "agent"))
-    )  # "replaces the assistant's earlier configuration"
+    return _holds_needed(text, _DEFERENCE_NEEDS, _DEFERENCE_PAIRS)
 
 
 _DEFERENCE_NEEDS = (
     "rank", "priority", "overrul", "weight", "same", "disagree", "conflict", "differ", "contradict", "carry", "comply", "obey",
 )  # fmt: skip
+_DEFERENCE_PAIRS = (
+    (("request",), ("earlier", "previous", "prior", "former")),  # 'earlier requests ... are treated as outdated'
+    (("replac", "supersed", "overrid"), ("assistant", "model", "agent")),  # "replaces the assistant's configuration"
+)
 
 _PRIVILEGE = re.compile(
     r"\b(?:disable|disabling|bypass|bypassing|turn\s+off|switch\s+off|skip|skipping|circumvent|deactivate|remove|lift|ignore)\s+"
@@ -735,9 +733,14 @@ def _unnegated(pattern: re.Pattern[str], low: str, start: int, end: int) -> re.M
 def _may_override(text: str) -> bool:
     """Whether a sentence holds what every branch of `_OVERRIDE` (and `_RETIRED`) needs: a substring check is
     a fiftieth of the cost of the regex, which tries its branches at every character of a sentence."""
-    if any(map(text.__contains__, _OVERRIDE_NEEDS)):
+    return _holds_needed(text, _OVERRIDE_NEEDS, _OVERRIDE_PAIRS)
+
+
+def _holds_needed(text: str, needs: Sequence[str], pairs: Sequence[tuple[Sequence[str], Sequence[str]]]) -> bool:
+    """Whether `text` holds one of `needs`, or a word of each side of one of `pairs` (substring checks)."""
+    if any(map(text.__contains__, needs)):
         return True
-    for first, second in _OVERRIDE_PAIRS:
+    for first, second in pairs:
         if any(map(text.__contains__, first)) and any(map(text.__contains__, second)):
             return True
     return False
