@@ -2038,8 +2038,9 @@ _ABROAD_ANCHORS = (
     "approbation", "autorisation", "zustimmung", "genehmigung", "freigabe", "approvazione", "autorizzazione", "aprovação",
     "autorização", "согласован", "одобрен", "zgody", "zatwierdzeni", "承認", "未经", "승인", "동의",
 )  # fmt: skip
-"""Where `_abroad` reads the sentence: its words for 'earlier' (instructions), for the user, for tools and
-for a conversation's history, and a few negations; none of them English, so English text costs nothing more."""
+"""Where `_abroad` reads the sentence: its words for 'earlier' (instructions), for the user, for tools, for a
+conversation's history or content and for confirmation or approval, and a few negations; none of them English,
+so English text costs nothing more."""
 MARKS: dict[str, Check] = {"<": _angle, "[": _square, "{": _curly, "#": _hash, "@": _email}
 """Single characters that open markup or an address."""
 ANCHORS: tuple[tuple[str, tuple[Check, ...]], ...] = (
