@@ -28,8 +28,8 @@ from _common import DATA, REPO, add_results_flag, report_targets, run_recorded, 
 
 sys.path.insert(0, str(REPO))  # the corpus reader the tests use
 
+from tests.poisoning_corpus import ATTACK_SETS, load, row_findings
 from tests.poisoning_corpus import detection as corpus_detection
-from tests.poisoning_corpus import load, row_findings
 
 from orchestrator.protocols.mcp._catalog import read_snapshot
 from orchestrator.protocols.mcp._poisoning import scan_tools
@@ -38,7 +38,7 @@ RUNS = 15
 OWN = REPO / "tests" / "data" / "poisoning"
 SETS = (
     ("published", DATA / "poisoning" / "published-attacks.jsonl"),
-    *((name, OWN / f"{name}.jsonl") for name in ("heldout", *(f"blind{n}" for n in ("", *range(2, 18))))),
+    *((name, OWN / f"{name}.jsonl") for name in ATTACK_SETS),
 )
 FIRST_SCANS = {
     "blind": "12/24",

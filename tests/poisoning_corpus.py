@@ -24,6 +24,10 @@ CORPUS_KEYS = frozenset(
     }
 )
 """The corpus's own keys: every other key of a line is part of the tool."""
+ATTACK_SETS = ("heldout", *(f"blind{n}" for n in ("", *range(2, 18))))
+"""The attack sets written for this project (tests/data/poisoning/<name>.jsonl), in the order they were written."""
+BENIGN_SETS = tuple(f"hard-benign{n}" for n in ("", *range(2, 16)))
+"""The legitimate near-miss sets written with them."""
 
 
 def load(path: Path) -> list[dict[str, Any]]:

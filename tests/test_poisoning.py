@@ -17,7 +17,7 @@ import pytest
 from orchestrator.protocols.mcp._catalog import read_snapshot
 from orchestrator.protocols.mcp._poisoning import FINDING_KINDS, Finding, scan_tool, scan_tools
 
-from .poisoning_corpus import detection, load, row_findings, tool_of
+from .poisoning_corpus import ATTACK_SETS, BENIGN_SETS, detection, load, row_findings, tool_of
 from .test_sanitizer import strings
 
 OWN_SETS = Path(__file__).parent / "data" / "poisoning"
@@ -48,7 +48,7 @@ def test_published_attacks_are_detected_in_every_class(published: list[dict[str,
 
 @pytest.mark.parametrize(
     "name",
-    ["heldout", *(f"blind{n}" for n in ("", *range(2, 18)))],
+    ATTACK_SETS,
 )
 def test_attacks_written_in_other_words_are_detected(name: str) -> None:
     """blind4, 5 and 6 were written by helpers that never read the rules: 18 of 24, 10 of 20 and 12 of 20 on
@@ -93,7 +93,7 @@ def test_no_real_tool_is_flagged(shared_data: Path) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    [f"hard-benign{n}.jsonl" for n in ("", *range(2, 16))],
+    [f"{name}.jsonl" for name in BENIGN_SETS],
 )
 def test_legitimate_tools_near_the_rules_are_not_flagged(name: str) -> None:
     """A key path as a default, a `.env` lister, 'do not ask the user', 'IMPORTANT: use absolute paths'...
